@@ -1,0 +1,61 @@
+# memlab: the two commands a new user types are `make reproduce` and `make test`.
+# Both create .venv/ if missing and install the pinned requirements and memlab (editable) first.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+VENV ?= .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+EXTRAS ?= dev
+STAMP := $(VENV)/.memlab-installed-$(EXTRAS)
+SECTIONS := $(sort $(wildcard nbs/sections/*.ipynb))
+TEST_OUT := build/test-out
+
+.PHONY: install test reproduce check-export check-clean nbdev-test pytest nbval clean
+
+install: $(STAMP)
+
+$(STAMP): settings.ini setup.py
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@echo "installing pinned requirements into $(VENV) (extras: $(EXTRAS))"
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[$(EXTRAS)]" 2>&1 | grep -v "^WARNING: Location" || true
+	$(PY) -c "import memlab, nbdev, papermill, nbval"
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (memlab)" >/dev/null
+	@touch $@
+
+# nbdev discipline: the library is exactly what the notebooks export, and notebooks are clean.
+check-export: install
+	$(BIN)/nbdev_export
+	@git diff --quiet -- memlab && test -z "$$(git status --porcelain -- memlab)" || \
+	  { git status --porcelain -- memlab; echo "nbdev_export changed memlab/: notebooks and library are not in sync"; exit 1; }
+
+check-clean: install
+	$(BIN)/nbdev_clean
+	@git diff --quiet -- nbs && test -z "$$(git status --porcelain -- nbs)" || \
+	  { git status --porcelain -- nbs; echo "nbdev_clean changed nbs/: run nbdev_clean and commit"; exit 1; }
+
+nbdev-test: install
+	$(BIN)/nbdev_test --n_workers 2
+
+pytest: install
+	$(BIN)/pytest -q tests/
+
+# Section notebooks run at their small `parameters` defaults; outputs go to build/, not the committed tree.
+nbval: install
+	MEMLAB_OUT=$(TEST_OUT) $(BIN)/pytest -q --nbval-lax -p no:cacheprovider $(SECTIONS)
+
+test: check-export check-clean nbdev-test pytest nbval
+	@echo "make test: all checks passed"
+
+# Batch-run every section notebook with its full-size parameter file into results/ and figures/.
+reproduce: install
+	@for nb in $(SECTIONS); do \
+	  name=$$(basename $$nb .ipynb); params=nbs/sections/$$name.full.yaml; \
+	  mkdir -p results/$$name; \
+	  echo "== $$name ($$params)"; \
+	  $(BIN)/papermill --cwd nbs/sections $$nb results/$$name/report.ipynb \
+	    $$( [ -f $$params ] && echo "-f $$params" ) --log-level WARNING; \
+	done
+	@echo "make reproduce: results/ and figures/ regenerated"
+
+clean:
+	rm -rf build .pytest_cache
