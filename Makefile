@@ -8,9 +8,9 @@ PY := $(BIN)/python
 EXTRAS ?= dev
 STAMP := $(VENV)/.memlab-installed-$(EXTRAS)
 SECTIONS := $(sort $(wildcard nbs/sections/*.ipynb))
-TEST_OUT := build/test-out
+TEST_OUT := $(abspath build/test-out)
 
-.PHONY: install test reproduce check-export check-clean nbdev-test pytest nbval clean
+.PHONY: install test reproduce check-export check-clean nbdev-test pytest nbval refresh-notebooks clean
 
 install: $(STAMP)
 
@@ -41,7 +41,9 @@ pytest: install
 
 # Section notebooks run at their small `parameters` defaults; outputs go to build/, not the committed tree.
 nbval: install
-	MEMLAB_OUT=$(TEST_OUT) $(BIN)/pytest -q --nbval-lax -p no:cacheprovider $(SECTIONS)
+	rm -rf $(TEST_OUT)
+	$(PY) tests/prepare_nbval.py build/nbval $(SECTIONS)
+	MEMLAB_OUT=$(TEST_OUT) MEMLAB_PROGRESS=0 $(BIN)/pytest -q --nbval-lax -p no:cacheprovider build/nbval/*.ipynb
 
 test: check-export check-clean nbdev-test pytest nbval
 	@echo "make test: all checks passed"
@@ -50,12 +52,21 @@ test: check-export check-clean nbdev-test pytest nbval
 reproduce: install
 	@for nb in $(SECTIONS); do \
 	  name=$$(basename $$nb .ipynb); params=nbs/sections/$$name.full.yaml; \
-	  mkdir -p results/$$name; \
+	  rm -rf results/$$name/runs; mkdir -p results/$$name; \
 	  echo "== $$name ($$params)"; \
-	  $(BIN)/papermill --cwd nbs/sections $$nb results/$$name/report.ipynb \
+	  $(BIN)/papermill -k python3 --cwd nbs/sections $$nb results/$$name/report.ipynb \
 	    $$( [ -f $$params ] && echo "-f $$params" ) --log-level WARNING; \
 	done
 	@echo "make reproduce: results/ and figures/ regenerated"
+
+# Store the section notebooks' outputs at their small defaults (what nbval compares against); run after
+# changing a section notebook or anything that changes its headline numbers, then commit.
+refresh-notebooks: install
+	rm -rf $(TEST_OUT)
+	@for nb in $(SECTIONS); do \
+	  MEMLAB_OUT=$(TEST_OUT) MEMLAB_PROGRESS=0 $(BIN)/papermill -k python3 --cwd nbs/sections $$nb $$nb --log-level WARNING; \
+	done
+	$(BIN)/nbdev_clean
 
 clean:
 	rm -rf build .pytest_cache
