@@ -17,7 +17,7 @@ install: $(STAMP)
 $(STAMP): settings.ini setup.py
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@echo "installing pinned requirements into $(VENV) (extras: $(EXTRAS))"
-	$(PY) -m pip install -q --disable-pip-version-check -e ".[$(EXTRAS)]" 2>&1 | grep -v "^WARNING: Location" || true
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[$(EXTRAS)]"
 	$(PY) -c "import memlab, nbdev, papermill, nbval"
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (memlab)" >/dev/null
 	@touch $@
