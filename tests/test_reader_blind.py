@@ -66,7 +66,7 @@ def test_policy_receives_only_the_view():
     seen = []
     class Spy(memlab.agent.Policy):
         label = 'spy'
-        def act(self, view, steps, can_search):
+        def act(self, view, steps, can_search, sample=0):
             seen.append(view); return memlab.agent.Answer('x')
     bench = make_benchmark(1, 5, 5, seed=1)
     mem = make_memory('bm25'); mem.add_all(bench[0].sessions)
