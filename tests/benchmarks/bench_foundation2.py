@@ -1,0 +1,76 @@
+"""Foundation II benchmarks: prints figures (this is not a timed test).
+
+    .venv/bin/python tests/benchmarks/bench_foundation2.py [--calls 2000] [--concurrency 64] [--latency 0.1]
+
+1. Throughput: N calls through memlab's OpenAIBackend (real openai SDK over HTTP) at total concurrency C against a
+   loopback server (in its own process) answering after `latency` seconds, compared with the ideal
+   calls x latency / C; in one client process, and split over 2 client processes (C/2 each). The client's CPU
+   time is printed: the SDK costs about 2 ms of CPU per call, so one GIL-bound process cannot go faster than
+   calls x 2 ms whatever the concurrency.
+2. Cache: the same N calls again with the response cache; HTTP requests are counted at the server.
+3. Statistics: 1,000 task-level bootstrap resamples of 10,000 rollouts in 2,000 tasks, for 30 cells.
+"""
+import argparse, multiprocessing as mp, resource, sys, tempfile, time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+import numpy as np, pandas as pd
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+def serve(conn, latency):
+    from loopback import LoopbackServer
+    with LoopbackServer('openai', latency=latency) as srv:
+        conn.send(srv.url)
+        while conn.recv() == 'count': conn.send(srv.n_requests)
+
+def calls(backend, n, conc, tag='run'):
+    msgs = [[{'role': 'user', 'content': f'benchmark request {tag} {i}'}] for i in range(n)]
+    t = time.perf_counter()
+    with ThreadPoolExecutor(conc) as ex: list(ex.map(backend.chat, msgs))
+    return time.perf_counter() - t
+
+def cpu(): r = resource.getrusage(resource.RUSAGE_SELF); return r.ru_utime + r.ru_stime
+
+def _client(url, n, conc, tag, cache, ready, go, out):
+    from memlab.llm import OpenAIBackend
+    b = OpenAIBackend('bench-model', base_url=url, concurrency=conc, cache=cache, timeout=30)
+    calls(b, 32, conc, tag=f'warm-{tag}'); ready.put(1); go.wait()
+    c = cpu(); w = calls(b, n, conc, tag=tag); out.put((w, cpu() - c))
+
+def clients(url, n, conc, procs, cache, tag):
+    "Wall time and client CPU of n calls at total concurrency conc split over `procs` processes."
+    ctx = mp.get_context('spawn'); ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    ps = [ctx.Process(target=_client, args=(url, n // procs, conc // procs, f'{tag}{i}', cache, ready, go, out)) for i in range(procs)]
+    for p in ps: p.start()
+    for _ in ps: ready.get()
+    t = time.perf_counter(); go.set()
+    res = [out.get() for _ in ps]; wall = time.perf_counter() - t
+    for p in ps: p.join()
+    return wall, sum(c for _, c in res)
+
+def main():
+    ap = argparse.ArgumentParser(); ap.add_argument('--calls', type=int, default=2000)
+    ap.add_argument('--concurrency', type=int, default=64); ap.add_argument('--latency', type=float, default=0.1)
+    a = ap.parse_args()
+    from memlab.stats import bootstrap_table
+    parent, child = mp.Pipe(); srv = mp.get_context('spawn').Process(target=serve, args=(child, a.latency), daemon=True); srv.start()
+    url = parent.recv(); ideal = a.calls * a.latency / a.concurrency
+    def count(): parent.send('count'); return parent.recv()
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            cache = str(Path(d) / 'responses.sqlite')
+            for procs in (1, 2):
+                n0 = count(); w, c = clients(url, a.calls, a.concurrency, procs, cache, f'p{procs}-'); n1 = count()
+                print(f'throughput, {procs} client process(es): {a.calls} calls, total concurrency {a.concurrency}, latency '
+                      f'{a.latency * 1000:.0f} ms: {w:.2f} s vs ideal {ideal:.2f} s = {w / ideal:.2f}x (target <= 1.25x); '
+                      f'client CPU {c:.2f} s; HTTP requests {n1 - n0}')
+            n0 = count(); w, _ = clients(url, a.calls, a.concurrency, 2, cache, 'p2-'); n1 = count()
+            print(f'cache: the same {a.calls} calls again: {w:.2f} s, HTTP requests at the server: {n1 - n0}')
+    finally:
+        parent.send('stop'); srv.join(10)
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({'cell': np.repeat(np.arange(30), 10_000), 'task': np.tile(np.repeat(np.arange(2000), 5), 30),
+                       'v': rng.integers(0, 2, 300_000)})
+    t = time.perf_counter(); tab = bootstrap_table(df, 'v', by='cell', group='task', n_resamples=1000); ts = time.perf_counter() - t
+    print(f'statistics: 1,000 resamples x 30 cells of 10,000 rollouts in 2,000 tasks: {ts:.2f} s (target < 2 s); {len(tab)} rows')
+
+if __name__ == '__main__': main()

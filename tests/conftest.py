@@ -1,0 +1,3 @@
+import sys
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).parent))   # tests import the loopback helpers as `loopback`

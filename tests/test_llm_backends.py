@@ -1,0 +1,99 @@
+"""memlab's own backends (not just the SDKs) against loopback servers with injected faults.
+
+- a grid of LLM-policy rollouts completes with 20% of calls failing (429 + Retry-After, 500, timeouts,
+  truncated JSON): every rollout is either answered and scored, or carries an error with its cause;
+  retries are bounded;
+- when a call cannot succeed, the rollout is stored with the error and is never scored as wrong;
+- a second identical run is served from the response cache: zero HTTP requests at the server;
+- the walkthrough notebook runs unchanged with backend=openai against the loopback server, and a fake API key
+  in the environment appears nowhere under results/, in the cache, in logs or in the notebook outputs.
+"""
+import json, os, subprocess, sys
+from pathlib import Path
+import pytest
+from loopback import LoopbackServer
+from memlab.memory import MEMORIES, BM25Memory
+from memlab.runner import RunConfig, run, score, results_frame, ResultsStore
+from memlab.synth import make_benchmark
+
+ROOT = Path(__file__).resolve().parents[1]
+
+@MEMORIES.register('bm25-iterative-test')
+class IterativeBM25(BM25Memory):
+    "BM25 exposed as an iterative (agent-controlled) interface, so the LLM decides when to search."
+    family, single_pass = 'planar', False
+
+def grid(kind, url, tmp, name, fault_cache=None, **backend):
+    spec = {'name': kind, 'model': 'loop-model', 'base_url': url, 'timeout': 0.5, 'backoff': 0.01, 'backoff_max': 0.2,
+            'cache': str(fault_cache) if fault_cache else False, **backend}
+    return RunConfig(name=name, policies=[{'name': 'llm', 'backend': spec}],
+                     memories=[{'name': 'bm25-iterative-test', 'k': 5}, {'name': 'bm25', 'k': 5}],
+                     judge={'name': 'offline-match'})
+
+BENCH = make_benchmark(2, 6, 10, seed=3)
+
+@pytest.mark.parametrize('kind', ['openai', 'anthropic'])
+def test_grid_completes_under_faults(kind, tmp_path):
+    with LoopbackServer(kind, fault_rate=0.2, retry_after=0.02, hang=1.5, seed=1) as srv:
+        url = srv.url if kind == 'openai' else srv.root
+        st = run(grid(kind, url, tmp_path, 'faulty', max_attempts=6), BENCH, tmp_path / 'run', progress=False)
+        score(st, BENCH)
+        df = results_frame(st)
+        n_calls_model = sum(json.loads(t)['steps'].__len__() for t in st.rollouts()['trajectory'])
+        assert len(df) == 2 * 6 * 2 and df['rollout_id'].is_unique
+        assert sum(srv.n_faults.values()) > 0, 'no fault was injected: the test would prove nothing'
+        assert set(srv.n_faults) >= {'429', '500', 'timeout', 'truncated'} or sum(srv.n_faults.values()) >= 4
+        ok = df['error'].isna()
+        assert ok.all(), df.loc[~ok, 'error'].tolist()          # 6 attempts absorb 20% faults (at most 3 per body)
+        assert df['correct'].notna().all()
+        assert srv.n_requests <= 6 * n_calls_model               # bounded retries
+        assert (df['n_calls'] >= 1).all()
+        assert df['policy_label'].eq(f'{kind}:loop-model').all()
+
+def test_unrecoverable_calls_become_errors_not_wrong_answers(tmp_path):
+    with LoopbackServer('openai', fault_rate=1.0, faults=('500',), max_faults_per_body=10**6) as srv:
+        st = run(grid('openai', srv.url, tmp_path, 'down', max_attempts=2, max_consecutive_failures=5),
+                 BENCH[:1], tmp_path / 'run', progress=False)
+        score(st, BENCH[:1])
+        df = results_frame(st)
+        assert df['error'].notna().all() and df['correct'].isna().all()
+        assert df['error'].str.contains('InternalServerError|consecutive calls failed').all()
+        assert srv.n_requests <= 5 * 2                           # the failure cap stops further calls
+        assert (df['n_error'] >= 1).all()                        # counted as errors by the scorer, never as WRONG
+
+def test_second_identical_run_is_served_from_cache(tmp_path):
+    with LoopbackServer('openai') as srv:
+        cfg = grid('openai', srv.url, tmp_path, 'cached', fault_cache=tmp_path / 'cache.sqlite')
+        run(cfg, BENCH, tmp_path / 'a', progress=False)
+        first = srv.n_requests
+        run(cfg, BENCH, tmp_path / 'b', progress=False)          # a fresh store: every rollout is generated again
+        assert first > 0 and srv.n_requests == first
+        a, b = (ResultsStore(tmp_path / x).rollouts().set_index('rollout_id').sort_index() for x in 'ab')
+        assert a['answer'].tolist() == b['answer'].tolist()
+        usage = [json.loads(u) for u in b['usage']]
+        assert all(u['cached'] == u['calls'] and u['cost_usd'] == 0 for u in usage)
+
+FAKE_KEY = 'sk-memlab-test-DO-NOT-LEAK-7f3a9c'
+
+def test_walkthrough_with_openai_backend_and_no_key_leak(tmp_path):
+    out, cache = tmp_path / 'out', tmp_path / 'cache.sqlite'
+    env = {**os.environ, 'OPENAI_API_KEY': FAKE_KEY, 'MEMLAB_OUT': str(out), 'MEMLAB_CACHE': str(cache), 'MEMLAB_PROGRESS': '0'}
+    with LoopbackServer('openai') as srv:
+        nb = tmp_path / 'walkthrough-openai.ipynb'
+        p = subprocess.run([sys.executable, '-m', 'papermill', '-k', 'python3', '--cwd', str(ROOT / 'nbs' / 'sections'),
+                            str(ROOT / 'nbs' / 'sections' / 'walkthrough.ipynb'), str(nb),
+                            '-p', 'backend', 'openai', '-p', 'model', 'loop-model', '-p', 'base_url', srv.url,
+                            '-p', 'judge_model', 'loop-judge', '-p', 'n_instances', '2', '-p', 'run_name', 'loop'],
+                           env=env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+        auth = [h.get('authorization', '') for h in srv.headers]
+        assert auth and all(FAKE_KEY in a for a in auth), 'the key was not used: the leak check would prove nothing'
+    cells = json.loads(nb.read_text())['cells']
+    outputs = json.dumps([c.get('outputs', []) for c in cells if c['cell_type'] == 'code'])
+    assert 'openai:loop-model' in outputs and 'offline reader (no LLM)' not in outputs
+    manifest = json.loads((out / 'results' / 'walkthrough' / 'manifest.json').read_text())
+    assert manifest['labels'] == ['openai:loop-model'] and manifest['judges']['llm-a3']['model'] == 'loop-judge'
+    leaks = [str(f) for d in (out, tmp_path) for f in d.rglob('*') if f.is_file() and FAKE_KEY.encode() in f.read_bytes()]
+    leaks += ['stdout'] * (FAKE_KEY in p.stdout) + ['stderr'] * (FAKE_KEY in p.stderr)
+    assert not leaks, f'the API key leaked into {leaks}'
+    assert list(out.rglob('rollouts/*.parquet')) and cache.exists()   # there was something to search
