@@ -32,7 +32,8 @@ N_INST, N_Q, N_FILLER = 40, 10, 100
 TIERS, MEMORIES = ('weak', 'strong'), ({'name': 'bm25', 'k': 12}, {'name': 'long-context', 'window_tokens': 2000})
 TOTAL = N_INST * N_Q * len(TIERS) * len(MEMORIES)
 FLUSH = inspect.signature(run_fn).parameters['flush_every'].default    # serial shard size
-SEED, N_KILLS, SAFETY = 20240611, 3, 0.85
+SEED = int(os.environ.get('MEMLAB_KILL_SEED', 20240611))     # vary it to explore other kill points
+N_KILLS, SAFETY = 3, 0.85
 WAIT = 120       # seconds: upper bound on any subprocess wait
 PER_ROLLOUT = ['instance_id', 'query_id', 'policy', 'memory', 'sample', 'answer', 'n_calls', 'capped', 'error', 'correct']
 
@@ -79,9 +80,9 @@ class Procs:
 
 def shards(store: Path) -> list[Path]: return sorted((store / 'rollouts').glob('part-*.parquet'))
 
-def kill_when(procs: Procs, p, store: Path, delay: float, max_shards: int) -> float:
+def kill_when(procs: Procs, p, store: Path, delay: float, max_shards: int) -> str:
     """SIGKILL `p` after `delay` seconds, or as soon as the store holds `max_shards` shards; asserts it was alive.
-    Returns the time of the kill after the start."""
+    Returns when the kill happened after the start and which trigger fired."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < delay and len(shards(store)) < max_shards:
         assert p.poll() is None, f'the runner ended before its kill (rc={p.returncode}):\n{procs.output(p)}'
@@ -91,7 +92,7 @@ def kill_when(procs: Procs, p, store: Path, delay: float, max_shards: int) -> fl
     os.kill(p.pid, signal.SIGKILL)
     rc = p.wait(timeout=30)
     assert rc == -signal.SIGKILL, f'expected death by SIGKILL, got rc={rc}:\n{procs.output(p)}'
-    return t
+    return f"{t:.2f}s/{'time' if t >= delay else 'share'}"
 
 def check_partial(store: Path, ref, prefix: bool) -> int:
     "A killed run's store: readable, no duplicates, every row a valid Rollout of the grid; serial: a grid-order prefix."
@@ -193,7 +194,7 @@ def test_serial_kill9_resume(cfg_path, reference, tmp_path):
             cmds.append(cmd)
             # after each kill: a readable, duplicate-free prefix of the grid; stray temp shards are not data
             counts.append(check_partial(store, reference, prefix=True))
-        print(f'\nserial kills: {cmds} at {[round(t, 2) for t in kill_times]} s; stored after each: {counts[1:]} '
+        print(f'\nserial kills (aimed at {[round(t * TOTAL) for t in targets]}): {cmds} at {kill_times}; stored after each: {counts[1:]} '
               f'/ {TOTAL}; leftover temp shards: {len(list((store / "rollouts").glob(".part-*.tmp")))}')
         assert len(kill_times) == N_KILLS
         assert counts == sorted(counts), f'stored rollouts shrank between kills: {counts}'
@@ -227,12 +228,12 @@ def test_processes_kill9_resume(cfg_path, reference, tmp_path):
             time.sleep(0.005)
         t_first = time.monotonic() - t0
         # then a random moment, by time or by the share of the grid stored, whichever comes first
-        kill_when(procs, p, store, delay=rng.uniform(0.0, 2.0),
-                  max_shards=max(2, int(rng.uniform(0.2, 0.7) * TOTAL) // unit))
+        when = kill_when(procs, p, store, delay=rng.uniform(0.0, 2.0),
+                         max_shards=max(2, int(rng.uniform(0.2, 0.7) * TOTAL) // unit))
         n = check_partial(store, reference, prefix=False)
         assert 0 < n < TOTAL and n % unit == 0, n            # whole units only
         ps = subprocess.run(['ps', '-o', 'pid=,stat=', '-s', str(p.pid)], capture_output=True, text=True).stdout.split()
-        print(f'\nprocesses: first shard at {t_first:.1f} s; killed with {n}/{TOTAL} stored; '
+        print(f'\nprocesses: first shard at {t_first:.1f} s, killed {when} later with {n}/{TOTAL} stored; '
               f'{len(ps) // 2} orphaned pool processes left behind')
         out = procs.finish('resume', cfg_path, '--store', store, *args)
         assert f'{TOTAL} rollouts' in out and '(0 with errors)' in out, out

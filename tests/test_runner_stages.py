@@ -1,0 +1,40 @@
+"""Runner stages: Dask execution on a LocalCluster, and scoring separate from generation."""
+import os
+import pytest
+from memlab.runner import RunConfig, run, score, results_frame, ResultsStore
+from memlab.cli import make_executor
+from memlab.synth import make_benchmark
+from memlab.judge import Judge, register_judge
+
+BENCH = make_benchmark(4, 5, 10, seed=5)
+CFG = RunConfig(name='stages', policies=[{'name': 'offline-reader', 'tier': 'weak'}, {'name': 'offline-reader', 'tier': 'strong'}],
+                memories=[{'name': 'bm25', 'k': 12}, {'name': 'long-context', 'window_tokens': 1500}])
+
+def table(store):
+    return store.rollouts().set_index('rollout_id').sort_index()[['answer', 'n_calls', 'policy', 'memory']]
+
+def test_dask_localcluster_matches_serial(tmp_path):
+    serial = run(CFG, BENCH, tmp_path / 'serial', progress=False)
+    ex, close = make_executor('dask', workers=2)
+    try: dask = run(CFG, BENCH, tmp_path / 'dask', executor=ex, progress=False)
+    finally: close()
+    assert len(table(dask)) == 4 * 5 * 2 * 2
+    assert table(dask).equals(table(serial))
+
+@register_judge('always-wrong-test')
+class AlwaysWrong(Judge):
+    "A second judge for the test: every answer is WRONG."
+    model = 'test'
+    def prompt_texts(self): return 'always wrong'
+    def _verdict(self, query, answer): return 'WRONG', None, 'test'
+
+def test_rejudging_never_regenerates(tmp_path):
+    st = run(CFG, BENCH, tmp_path / 'run', progress=False)
+    shards = {p: p.stat().st_mtime_ns for p in (tmp_path / 'run' / 'rollouts').glob('*.parquet')}
+    score(st, BENCH)
+    score(st, BENCH, judge={'name': 'always-wrong-test'})
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / 'run' / 'rollouts').glob('*.parquet')} == shards
+    a, b = results_frame(st, judge='offline-match'), results_frame(st, judge='always-wrong-test')
+    assert a['correct'].mean() > 0 and b['correct'].eq(0).all()
+    assert set(st.manifest()['judges']) == {'offline-match', 'always-wrong-test'}
+    with pytest.raises(ValueError, match='several judges'): results_frame(st)
