@@ -18,10 +18,15 @@ from memlab.synth import make_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 
-@MEMORIES.register('bm25-iterative-test')
 class IterativeBM25(BM25Memory):
     "BM25 exposed as an iterative (agent-controlled) interface, so the LLM decides when to search."
     family, single_pass = 'planar', False
+
+@pytest.fixture(autouse=True)
+def iterative_memory():
+    MEMORIES.register('bm25-iterative-test')(IterativeBM25)
+    yield
+    MEMORIES.pop('bm25-iterative-test')       # keep the global registry as the library defines it
 
 def grid(kind, url, tmp, name, fault_cache=None, **backend):
     spec = {'name': kind, 'model': 'loop-model', 'base_url': url, 'timeout': 0.5, 'backoff': 0.01, 'backoff_max': 0.2,

@@ -194,8 +194,9 @@ def test_serial_kill9_resume(cfg_path, reference, tmp_path):
             cmds.append(cmd)
             # after each kill: a readable, duplicate-free prefix of the grid; stray temp shards are not data
             counts.append(check_partial(store, reference, prefix=True))
-        print(f'\nserial kills (aimed at {[round(t * TOTAL) for t in targets]}): {cmds} at {kill_times}; stored after each: {counts[1:]} '
-              f'/ {TOTAL}; leftover temp shards: {len(list((store / "rollouts").glob(".part-*.tmp")))}')
+        print(f'\nserial kills (aimed at {[round(t * TOTAL) for t in targets]}): {cmds} at {kill_times}; '
+              f'stored after each: {counts[1:]} / {TOTAL}; '
+              f'leftover temp shards: {len(list((store / "rollouts").glob(".part-*.tmp")))}')
         assert len(kill_times) == N_KILLS
         assert counts == sorted(counts), f'stored rollouts shrank between kills: {counts}'
         assert any(b > a for a, b in zip(counts, counts[1:])), f'no kill left any rollouts: {counts}'

@@ -21,14 +21,20 @@ def test_dask_localcluster_matches_serial(tmp_path):
     assert len(table(dask)) == 4 * 5 * 2 * 2
     assert table(dask).equals(table(serial))
 
-@register_judge('always-wrong-test')
 class AlwaysWrong(Judge):
     "A second judge for the test: every answer is WRONG."
     model = 'test'
     def prompt_texts(self): return 'always wrong'
     def _verdict(self, query, answer): return 'WRONG', None, 'test'
 
-def test_rejudging_never_regenerates(tmp_path):
+@pytest.fixture
+def always_wrong():
+    from memlab.judge import JUDGES
+    register_judge('always-wrong-test')(AlwaysWrong)
+    yield
+    JUDGES.pop('always-wrong-test')          # keep the global registry as the library defines it
+
+def test_rejudging_never_regenerates(tmp_path, always_wrong):
     st = run(CFG, BENCH, tmp_path / 'run', progress=False)
     shards = {p: p.stat().st_mtime_ns for p in (tmp_path / 'run' / 'rollouts').glob('*.parquet')}
     score(st, BENCH)
