@@ -44,3 +44,13 @@ def test_rejudging_never_regenerates(tmp_path, always_wrong):
     assert a['correct'].mean() > 0 and b['correct'].eq(0).all()
     assert set(st.manifest()['judges']) == {'offline-match', 'always-wrong-test'}
     with pytest.raises(ValueError, match='several judges'): results_frame(st)
+
+def test_manifest_records_data_file_hash(tmp_path):
+    import hashlib, json
+    from memlab.runner import load_dataset
+    f = tmp_path / 'instances.json'
+    f.write_text(json.dumps([i.model_dump(mode='json') for i in BENCH[:2]]))
+    spec = {'kind': 'instances', 'path': str(f)}
+    cfg = RunConfig.load(CFG.model_dump() | {'dataset': spec})
+    st = run(cfg, load_dataset(spec), tmp_path / 'run', progress=False)
+    assert st.manifest()['dataset']['file_sha256'] == hashlib.sha256(f.read_bytes()).hexdigest()

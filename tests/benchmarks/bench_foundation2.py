@@ -36,16 +36,16 @@ def _client(url, n, conc, tag, cache, ready, go, out):
     calls(b, 32, conc, tag=f'warm-{tag}'); ready.put(1); go.wait()
     c = cpu(); w = calls(b, n, conc, tag=tag); out.put((w, cpu() - c))
 
-def clients(url, n, conc, procs, cache, tag):
-    "Wall time and client CPU of n calls at total concurrency conc split over `procs` processes."
+def clients(url, n, conc, procs, cache, tag, count):
+    "Wall time, client CPU and HTTP requests of n calls at total concurrency conc split over `procs` processes."
     ctx = mp.get_context('spawn'); ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     ps = [ctx.Process(target=_client, args=(url, n // procs, conc // procs, f'{tag}{i}', cache, ready, go, out)) for i in range(procs)]
     for p in ps: p.start()
     for _ in ps: ready.get()
-    t = time.perf_counter(); go.set()
+    n0 = count(); t = time.perf_counter(); go.set()
     res = [out.get() for _ in ps]; wall = time.perf_counter() - t
     for p in ps: p.join()
-    return wall, sum(c for _, c in res)
+    return wall, sum(c for _, c in res), count() - n0
 
 def main():
     ap = argparse.ArgumentParser(); ap.add_argument('--calls', type=int, default=2000)
@@ -59,12 +59,12 @@ def main():
         with tempfile.TemporaryDirectory() as d:
             cache = str(Path(d) / 'responses.sqlite')
             for procs in (1, 2):
-                n0 = count(); w, c = clients(url, a.calls, a.concurrency, procs, cache, f'p{procs}-'); n1 = count()
+                w, c, nreq = clients(url, a.calls, a.concurrency, procs, cache, f'p{procs}-', count)
                 print(f'throughput, {procs} client process(es): {a.calls} calls, total concurrency {a.concurrency}, latency '
                       f'{a.latency * 1000:.0f} ms: {w:.2f} s vs ideal {ideal:.2f} s = {w / ideal:.2f}x (target <= 1.25x); '
-                      f'client CPU {c:.2f} s; HTTP requests {n1 - n0}')
-            n0 = count(); w, _ = clients(url, a.calls, a.concurrency, 2, cache, 'p2-'); n1 = count()
-            print(f'cache: the same {a.calls} calls again: {w:.2f} s, HTTP requests at the server: {n1 - n0}')
+                      f'client CPU {c:.2f} s; HTTP requests {nreq}')
+            w, _, nreq = clients(url, a.calls, a.concurrency, 2, cache, 'p2-', count)
+            print(f'cache: the same {a.calls} calls again: {w:.2f} s, HTTP requests at the server: {nreq}')
     finally:
         parent.send('stop'); srv.join(10)
     rng = np.random.default_rng(0)
