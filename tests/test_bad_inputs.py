@@ -10,7 +10,7 @@ unknown top-level field, invalid YAML.
 For each, `memlab run CONFIG --store DIR` must exit non-zero, name the file, the record and the field, and DIR must
 not exist afterwards; separately, the CLI should print one line `memlab: <message>` and exit 2 rather than a raw
 traceback. The library path (`load_records`, `check_instances`, `RunConfig.load`) must raise `RecordError` with
-the same information. A known bug would be recorded in its case's reason slot (marked xfail strict); none is open.
+the same information.
 
 All CLI invocations run once, concurrently, in a module fixture (each is a fresh interpreter: ~2 s).
 """
@@ -60,45 +60,43 @@ def _jsonl_missing_field(_):
     d = copy.deepcopy(GOOD); del d[1]['queries'][0]['question']
     return '\n'.join(json.dumps(x) for x in d) + '\n'
 
-# name: (suffix, mutate(data) or raw(data) -> str, required patterns besides the file path, xfail reason or None)
+# name: (suffix, mutate(data) or raw(data) -> str, required patterns besides the file path)
 DATA_CASES = {
-    'query-missing-question': ('.json', _del([1, 'queries', 0, 'question']), [rec(1), r"queries\.0\.question"], None),
-    'answers-int':            ('.json', _set([0, 'queries', 1, 'answers'], 42), [rec(0), r"queries\.1\.answers"], None),
-    'answers-bare-string':    ('.json', _set([2, 'queries', 0, 'answers'], 'Austin'), [rec(2), r"queries\.0\.answers"], None),
-    'answers-item-int':       ('.json', _set([2, 'queries', 2, 'answers'], ['Austin', 7]), [rec(2), r"queries\.2\.answers\.1"], None),
-    'instance-id-int':        ('.json', _set([1, 'id'], 17), [r"record 1\b", r"'id'"], None),
+    'query-missing-question': ('.json', _del([1, 'queries', 0, 'question']), [rec(1), r"queries\.0\.question"]),
+    'answers-int':            ('.json', _set([0, 'queries', 1, 'answers'], 42), [rec(0), r"queries\.1\.answers"]),
+    'answers-bare-string':    ('.json', _set([2, 'queries', 0, 'answers'], 'Austin'), [rec(2), r"queries\.0\.answers"]),
+    'answers-item-int':       ('.json', _set([2, 'queries', 2, 'answers'], ['Austin', 7]), [rec(2), r"queries\.2\.answers\.1"]),
+    'instance-id-int':        ('.json', _set([1, 'id'], 17), [r"record 1\b", r"'id'"]),
     'turn-missing-content':   ('.json', _del([1, 'sessions', 2, 'turns', 3, 'content']),
-                               [rec(1), r"sessions\.2\.turns\.3\.content"], None),
-    'record-not-object':      ('.json', _set([1], 'oops'), [r"record 1\b", r"<root>"], None),
-    'duplicate-instance-id':  ('.json', _set([2, 'id'], IDS[0]), [re.escape(repr(IDS[0])), r"'id'"], None),
+                               [rec(1), r"sessions\.2\.turns\.3\.content"]),
+    'record-not-object':      ('.json', _set([1], 'oops'), [r"record 1\b", r"<root>"]),
+    'duplicate-instance-id':  ('.json', _set([2, 'id'], IDS[0]), [re.escape(repr(IDS[0])), r"'id'"]),
     'duplicate-query-id':     ('.json', lambda d: d[0]['queries'][2].__setitem__('id', d[0]['queries'][0]['id']),
-                               [rec(0), r"queries\.2\.id", re.escape(GOOD[0]['queries'][0]['id'])], None),
+                               [rec(0), r"queries\.2\.id", re.escape(GOOD[0]['queries'][0]['id'])]),
     'evidence-not-in-history': ('.json', _set([1, 'queries', 1, 'evidence'], ['no_such_session']),
-                                [rec(1), r"queries\.1\.evidence", r"no_such_session"], None),
-    'invalid-json':           ('.json', lambda d: json.dumps(d)[:-25], [r"not valid JSON", r"line \d+ column \d+"], None),
-    'not-an-array':           ('.json', lambda d: json.dumps({'instances': d}), [r"JSON array"], None),
-    'jsonl-bad-line':         ('.jsonl', _jsonl_bad_line, [r"not valid JSON", r"(record 1\b|line 2\b)"], None),
-    'jsonl-missing-field':    ('.jsonl', _jsonl_missing_field, [rec(1), r"queries\.0\.question"], None),
+                                [rec(1), r"queries\.1\.evidence", r"no_such_session"]),
+    'invalid-json':           ('.json', lambda d: json.dumps(d)[:-25], [r"not valid JSON", r"line \d+ column \d+"]),
+    'not-an-array':           ('.json', lambda d: json.dumps({'instances': d}), [r"JSON array"]),
+    'jsonl-bad-line':         ('.jsonl', _jsonl_bad_line, [r"not valid JSON", r"(record 1\b|line 2\b)"]),
+    'jsonl-missing-field':    ('.jsonl', _jsonl_missing_field, [rec(1), r"queries\.0\.question"]),
 }
 CHECK_INSTANCES_CASES = {'duplicate-query-id', 'evidence-not-in-history'}     # valid records, invalid together
 
 BASE_CFG = dict(name='bad-input', section='reliability', policies=[{'name': 'offline-reader', 'tier': 'weak'}],
                 memories=[{'name': 'bm25', 'k': 12}])
 
-# name: (config change (dict -> dict, or raw YAML text), patterns naming the bad thing, patterns naming the field,
-#        xfail reason for "fails, writes nothing", xfail reason for "names the config file and field")
+# name: (config change (dict -> dict, or raw YAML text), patterns naming the bad thing, patterns naming the field)
 CONFIG_CASES = {
-    'unknown-memory':     (lambda c: dict(c, memories=[{'name': 'bm99', 'k': 12}]), [r"bm99"], [r"memories"], None, None),
-    'unknown-policy':     (lambda c: dict(c, policies=[{'name': 'gpt-99'}]), [r"gpt-99"], [r"policies"], None, None),
-    'unknown-memory-arg': (lambda c: dict(c, memories=[{'name': 'bm25', 'kk': 12}]), [r"kk"], [r"memories"], None, None),
-    'unknown-dataset-kind': (lambda c: dict(c, dataset={'kind': 'parquet-dump'}), [r"parquet-dump"], [r"dataset"], None,
-                             None),
-    'unknown-judge':      (lambda c: dict(c, judge={'name': 'no-such-judge'}), [r"no-such-judge"], [r"judge"], None, None),
-    'samples-not-int':    (lambda c: dict(c, samples='many'), [r"integer"], [r"'samples'"], None, None),
-    'memories-not-list':  (lambda c: dict(c, memories='bm25'), [r"valid list"], [r"'memories'"], None, None),
-    'unknown-top-field':  (lambda c: dict(c, colour='blue'), [r"[Ee]xtra"], [r"'colour'"], None, None),
+    'unknown-memory':     (lambda c: dict(c, memories=[{'name': 'bm99', 'k': 12}]), [r"bm99"], [r"memories"]),
+    'unknown-policy':     (lambda c: dict(c, policies=[{'name': 'gpt-99'}]), [r"gpt-99"], [r"policies"]),
+    'unknown-memory-arg': (lambda c: dict(c, memories=[{'name': 'bm25', 'kk': 12}]), [r"kk"], [r"memories"]),
+    'unknown-dataset-kind': (lambda c: dict(c, dataset={'kind': 'parquet-dump'}), [r"parquet-dump"], [r"dataset"]),
+    'unknown-judge':      (lambda c: dict(c, judge={'name': 'no-such-judge'}), [r"no-such-judge"], [r"judge"]),
+    'samples-not-int':    (lambda c: dict(c, samples='many'), [r"integer"], [r"'samples'"]),
+    'memories-not-list':  (lambda c: dict(c, memories='bm25'), [r"valid list"], [r"'memories'"]),
+    'unknown-top-field':  (lambda c: dict(c, colour='blue'), [r"[Ee]xtra"], [r"'colour'"]),
     'invalid-yaml':       ("name: bad-input\npolicies: [ {name: offline-reader\nmemories: x\n", [r"not valid YAML"],
-                           [r"line \d+"], None, None),
+                           [r"line \d+"]),
 }
 
 
@@ -143,10 +141,9 @@ def cli(tmp_path_factory):
     return jobs
 
 
-def _xfail(reason): return [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-DATA_PARAMS = [pytest.param(n, marks=_xfail(c[3]), id=n) for n, c in DATA_CASES.items()]
-CONFIG_PARAMS_RUN = [pytest.param(n, marks=_xfail(c[3]), id=n) for n, c in CONFIG_CASES.items()]
-CONFIG_PARAMS_NAMES = [pytest.param(n, marks=_xfail(c[4]), id=n) for n, c in CONFIG_CASES.items()]
+DATA_PARAMS = [pytest.param(n, id=n) for n in DATA_CASES]
+CONFIG_PARAMS_RUN = [pytest.param(n, id=n) for n in CONFIG_CASES]
+CONFIG_PARAMS_NAMES = CONFIG_PARAMS_RUN
 ALL_BAD = [('data', n) for n in [*DATA_CASES, 'missing-file']] + [('config', n) for n in CONFIG_CASES]
 
 
