@@ -1,6 +1,6 @@
 """memlab's own backends (not just the SDKs) against loopback servers with injected faults.
 
-- a grid of LLM-policy rollouts completes with 20% of calls failing (429 + Retry-After, 500, timeouts,
+- a grid of LLM-policy rollouts completes, over both SDKs and both transports (aiohttp, httpx), with 20% of calls failing (429 + Retry-After, 500, timeouts,
   truncated JSON): every rollout is either answered and scored, or carries an error with its cause;
   retries are bounded;
 - when a call cannot succeed, the rollout is stored with the error and is never scored as wrong;
@@ -37,11 +37,12 @@ def grid(kind, url, tmp, name, fault_cache=None, **backend):
 
 BENCH = make_benchmark(2, 6, 10, seed=3)
 
+@pytest.mark.parametrize('transport', ['aiohttp', 'httpx'])
 @pytest.mark.parametrize('kind', ['openai', 'anthropic'])
-def test_grid_completes_under_faults(kind, tmp_path):
+def test_grid_completes_under_faults(kind, transport, tmp_path):
     with LoopbackServer(kind, fault_rate=0.2, retry_after=0.02, hang=1.5, seed=1) as srv:
         url = srv.url if kind == 'openai' else srv.root
-        st = run(grid(kind, url, tmp_path, 'faulty', max_attempts=6), BENCH, tmp_path / 'run', progress=False)
+        st = run(grid(kind, url, tmp_path, 'faulty', max_attempts=6, transport=transport), BENCH, tmp_path / 'run', progress=False)
         score(st, BENCH)
         df = results_frame(st)
         n_calls_model = sum(json.loads(t)['steps'].__len__() for t in st.rollouts()['trajectory'])
@@ -55,9 +56,10 @@ def test_grid_completes_under_faults(kind, tmp_path):
         assert (df['n_calls'] >= 1).all()
         assert df['policy_label'].eq(f'{kind}:loop-model').all()
 
-def test_unrecoverable_calls_become_errors_not_wrong_answers(tmp_path):
+@pytest.mark.parametrize('transport', ['aiohttp', 'httpx'])
+def test_unrecoverable_calls_become_errors_not_wrong_answers(transport, tmp_path):
     with LoopbackServer('openai', fault_rate=1.0, faults=('500',), max_faults_per_body=10**6) as srv:
-        st = run(grid('openai', srv.url, tmp_path, 'down', max_attempts=2, max_consecutive_failures=5),
+        st = run(grid('openai', srv.url, tmp_path, 'down', max_attempts=2, max_consecutive_failures=5, transport=transport),
                  BENCH[:1], tmp_path / 'run', progress=False)
         score(st, BENCH[:1])
         df = results_frame(st)
@@ -102,3 +104,15 @@ def test_walkthrough_with_openai_backend_and_no_key_leak(tmp_path):
     leaks += ['stdout'] * (FAKE_KEY in p.stdout) + ['stderr'] * (FAKE_KEY in p.stderr)
     assert not leaks, f'the API key leaked into {leaks}'
     assert list(out.rglob('rollouts/*.parquet')) and cache.exists()   # there was something to search
+
+def test_async_client_is_closed_when_backend_is_dropped(caplog):
+    "The aiohttp session of a dropped backend is closed on the loop, never reported as unclosed."
+    import gc, logging
+    from memlab.llm import OpenAIBackend
+    with LoopbackServer('openai') as srv, caplog.at_level(logging.ERROR, logger='asyncio'):
+        b = OpenAIBackend('loop-model', base_url=srv.url, cache=False, timeout=5)
+        r, _ = b.chat([{'role': 'user', 'content': 'Question: what is my dog called?'}])
+        session = b._client._client._transport.client          # the aiohttp.ClientSession under the SDK client
+        assert r.content is not None and b.transport == 'aiohttp' and not session.closed
+        del b; gc.collect()
+        assert session.closed and 'Unclosed' not in caplog.text

@@ -15,7 +15,7 @@ def table(store):
 
 def test_dask_localcluster_matches_serial(tmp_path):
     serial = run(CFG, BENCH, tmp_path / 'serial', progress=False)
-    ex, close = make_executor('dask', workers=2)
+    ex, close = make_executor('dask', workers=2, threads=2)      # 2 processes x 2 threads, as for API-bound runs
     try: dask = run(CFG, BENCH, tmp_path / 'dask', executor=ex, progress=False)
     finally: close()
     assert len(table(dask)) == 4 * 5 * 2 * 2

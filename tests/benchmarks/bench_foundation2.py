@@ -2,11 +2,11 @@
 
     .venv/bin/python tests/benchmarks/bench_foundation2.py [--calls 2000] [--concurrency 64] [--latency 0.1]
 
-1. Throughput: N calls through memlab's OpenAIBackend (real openai SDK over HTTP) at total concurrency C against a
-   loopback server (in its own process) answering after `latency` seconds, compared with the ideal
-   calls x latency / C; in one client process, and split over 2 client processes (C/2 each). The client's CPU
-   time is printed: the SDK costs about 2 ms of CPU per call, so one GIL-bound process cannot go faster than
-   calls x 2 ms whatever the concurrency.
+1. Throughput: N calls through memlab's OpenAIBackend.chat (real openai SDK over HTTP, response cache on) from C
+   threads against a loopback server (in its own process) answering after `latency` seconds, compared with the
+   ideal calls x latency / C. Both transports in one client process (the default, aiohttp on the background event
+   loop, and the SDK's sync httpx client), then the default split over 2 client processes (C/2 threads each).
+   The client's CPU time is printed: on 2 cores shared with the server, CPU is what limits the sync transport.
 2. Cache: the same N calls again with the response cache; HTTP requests are counted at the server.
 3. Statistics: 1,000 task-level bootstrap resamples of 10,000 rollouts in 2,000 tasks, for 30 cells.
 """
@@ -30,16 +30,16 @@ def calls(backend, n, conc, tag='run'):
 
 def cpu(): r = resource.getrusage(resource.RUSAGE_SELF); return r.ru_utime + r.ru_stime
 
-def _client(url, n, conc, tag, cache, ready, go, out):
+def _client(url, n, conc, tag, cache, transport, ready, go, out):
     from memlab.llm import OpenAIBackend
-    b = OpenAIBackend('bench-model', base_url=url, concurrency=conc, cache=cache, timeout=30)
+    b = OpenAIBackend('bench-model', base_url=url, concurrency=conc, cache=cache, timeout=30, transport=transport)
     calls(b, 32, conc, tag=f'warm-{tag}'); ready.put(1); go.wait()
     c = cpu(); w = calls(b, n, conc, tag=tag); out.put((w, cpu() - c))
 
-def clients(url, n, conc, procs, cache, tag, count):
+def clients(url, n, conc, procs, cache, tag, count, transport='aiohttp'):
     "Wall time, client CPU and HTTP requests of n calls at total concurrency conc split over `procs` processes."
     ctx = mp.get_context('spawn'); ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
-    ps = [ctx.Process(target=_client, args=(url, n // procs, conc // procs, f'{tag}{i}', cache, ready, go, out)) for i in range(procs)]
+    ps = [ctx.Process(target=_client, args=(url, n // procs, conc // procs, f'{tag}{i}', cache, transport, ready, go, out)) for i in range(procs)]
     for p in ps: p.start()
     for _ in ps: ready.get()
     n0 = count(); t = time.perf_counter(); go.set()
@@ -58,12 +58,12 @@ def main():
     try:
         with tempfile.TemporaryDirectory() as d:
             cache = str(Path(d) / 'responses.sqlite')
-            for procs in (1, 2):
-                w, c, nreq = clients(url, a.calls, a.concurrency, procs, cache, f'p{procs}-', count)
-                print(f'throughput, {procs} client process(es): {a.calls} calls, total concurrency {a.concurrency}, latency '
+            for procs, transport in ((1, 'aiohttp'), (1, 'httpx'), (2, 'aiohttp')):
+                w, c, nreq = clients(url, a.calls, a.concurrency, procs, cache, f'p{procs}-{transport}-', count, transport)
+                print(f'throughput, transport {transport}, {procs} client process(es): {a.calls} calls, total concurrency {a.concurrency}, latency '
                       f'{a.latency * 1000:.0f} ms: {w:.2f} s vs ideal {ideal:.2f} s = {w / ideal:.2f}x (target <= 1.25x); '
                       f'client CPU {c:.2f} s; HTTP requests {nreq}')
-            w, _, nreq = clients(url, a.calls, a.concurrency, 2, cache, 'p2-', count)
+            w, _, nreq = clients(url, a.calls, a.concurrency, 1, cache, 'p1-aiohttp-', count)
             print(f'cache: the same {a.calls} calls again: {w:.2f} s, HTTP requests at the server: {nreq}')
     finally:
         parent.send('stop'); srv.join(10)
