@@ -5,7 +5,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
-EXTRAS ?= dev
+EXTRAS ?= dev,dense
 STAMP := $(VENV)/.memlab-installed-$(EXTRAS)
 SECTIONS := $(sort $(wildcard nbs/sections/*.ipynb))
 TEST_OUT := $(abspath build/test-out)
@@ -17,6 +17,8 @@ install: $(STAMP)
 $(STAMP): settings.ini setup.py
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@echo "installing pinned requirements into $(VENV) (extras: $(EXTRAS))"
+	@# torch first, pinned, so that pip takes the CPU wheel rather than the CUDA stack (toolchain.md)
+	@if [[ "$(EXTRAS)" == *dense* ]]; then $(PY) -m pip install -q --disable-pip-version-check "$$(grep -o 'torch==[0-9.]*' settings.ini)"; fi
 	$(PY) -m pip install -q --disable-pip-version-check -e ".[$(EXTRAS)]"
 	$(PY) -c "import memlab, nbdev, papermill, nbval"
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (memlab)" >/dev/null
