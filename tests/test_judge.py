@@ -131,7 +131,10 @@ def test_longmemeval_templates_verbatim():
 # ---------------------------------------------------------------- judges
 
 def test_judge_registry():
-    assert sorted(JUDGES) == ['llm-a3', 'longmemeval', 'offline-match']
+    "memlab.judge registers its three judges; other library modules may add theirs, tests never leave one behind."
+    import memlab
+    assert {'llm-a3', 'longmemeval', 'offline-match'} <= set(JUDGES)
+    assert all(getattr(JUDGES[n], '__module__', '').startswith('memlab.') for n in JUDGES), sorted(JUDGES)
     assert isinstance(make_judge('offline-match'), OfflineJudge)
     assert isinstance(make_judge('llm-a3', complete=always('x')), LLMJudge)
     assert isinstance(make_judge('longmemeval', complete=always('x')), LongMemEvalJudge)
