@@ -39,6 +39,8 @@ def test_ladder_run_processes_match_serial_and_sizes_grow(tmp_path):
 def test_store_refuses_another_ladder(tmp_path):
     run(cfg(), INSTS, tmp_path / 's', history=ladder_history(POOL, LADDER, seed=3), progress=False)
     n = len(ResultsStore(tmp_path / 's').rollouts())
+    run(cfg(), INSTS, tmp_path / 's', history=ladder_history(POOL, LADDER, seed=3), progress=False)   # same ladder: resumes
+    assert len(ResultsStore(tmp_path / 's').rollouts()) == n                                     # nothing new to do
     with pytest.raises(ValueError, match='another history'):
         run(cfg(), INSTS, tmp_path / 's', history=ladder_history(POOL, LADDER, seed=4), progress=False)
     assert len(ResultsStore(tmp_path / 's').rollouts()) == n          # nothing was written
