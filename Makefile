@@ -35,8 +35,10 @@ check-clean: install
 	@git diff --quiet -- nbs && test -z "$$(git status --porcelain -- nbs)" || \
 	  { git status --porcelain -- nbs; echo "nbdev_clean changed nbs/: run nbdev_clean and commit"; exit 1; }
 
+# One process per notebook, as a fresh Jupyter kernel runs it: notebooks that re-register library classes into
+# registries of other modules (e.g. 03b_llm's LLMPolicy into memlab.agent.POLICIES) cannot leak into each other.
 nbdev-test: install
-	$(BIN)/nbdev_test --n_workers 2
+	ls nbs/*.ipynb | xargs -P 2 -n 1 $(BIN)/nbdev_test --path
 
 pytest: install
 	$(BIN)/pytest -q tests/
