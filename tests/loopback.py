@@ -268,6 +268,7 @@ class LoopbackServer:
         self._conns: set = set()
         self._attempts: dict = {}      # body digest -> (attempts, consecutive faults)
         self._n = 0
+        self.in_flight = self.max_in_flight = 0   # requests being handled now; the most at any time
         self.n_faults = {f: 0 for f in FAULTS}
         self.log: list = []            # (path, status) per request
         self.fault_log: list = []      # (path, fault kind or None) per request
@@ -330,6 +331,12 @@ class LoopbackServer:
 
     # -- one request
     def _handle(self, h: _Handler, body: Optional[bytes]):
+        with self._lock: self.in_flight += 1; self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try: self._respond(h, body)
+        finally:
+            with self._lock: self.in_flight -= 1
+
+    def _respond(self, h: _Handler, body: Optional[bytes]):
         path = h.path.split('?', 1)[0]
         with self._lock: self._n += 1; n = self._n
         rid = f'{self.seed:x}{n:06x}'

@@ -116,3 +116,31 @@ def test_async_client_is_closed_when_backend_is_dropped(caplog):
         assert r.content is not None and b.transport == 'aiohttp' and not session.closed
         del b; gc.collect()
         assert session.closed and 'Unclosed' not in caplog.text
+
+@pytest.mark.parametrize('kind', ['openai', 'anthropic'])
+def test_chat_many_under_faults_in_order_bounded_and_cached(kind, tmp_path):
+    "chat_many: every call answered in order under 20% faults, at most `concurrency` in flight, then all from the cache."
+    from memlab.llm import make_backend, LLMError
+    from loopback import Reply, _user_texts
+    echo = lambda k, req: Reply(content='echo ' + _user_texts(k, req)[-1])
+    with LoopbackServer(kind, echo, fault_rate=0.2, retry_after=0.02, hang=1.5, latency=0.02, seed=2) as srv:
+        b = make_backend(kind, model='loop-model', base_url=srv.url if kind == 'openai' else srv.root, timeout=0.5,
+                         backoff=0.01, backoff_max=0.2, concurrency=5, cache=str(tmp_path / 'c.sqlite'))
+        calls = [dict(messages=[{'role': 'user', 'content': f'Question: what is item {i}?'}], max_tokens=16) for i in range(40)]
+        out = b.chat_many(calls)
+        assert sum(srv.n_faults.values()) > 0, 'no fault was injected: the test would prove nothing'
+        assert not [r for r in out if isinstance(r, LLMError)]
+        assert [r.content for r, _ in out] == [f"echo Question: what is item {i}?" for i in range(40)]   # in order
+        assert 1 < srv.max_in_flight <= 5, srv.max_in_flight          # concurrent, and never past the limit
+        sent = {json.dumps(r['messages'][-1]['content']) for r in srv.requests if r}
+        assert len(sent) == 40 and b.n_http_calls == srv.n_requests
+        n = srv.n_requests
+        again = b.chat_many(calls)
+        assert srv.n_requests == n and all(u.cached == 1 for _, u in again)
+        assert [r.content for r, _ in again] == [r.content for r, _ in out]
+    with LoopbackServer(kind, fault_rate=1.0, faults=('500',), max_faults_per_body=10**6) as srv:
+        b = make_backend(kind, model='loop-model', base_url=srv.url if kind == 'openai' else srv.root, max_attempts=2,
+                         backoff=0.01, cache=False)
+        out = b.chat_many(calls[:3])
+        assert all(isinstance(r, LLMError) and 'InternalServerError' in str(r) for r in out)   # errors in place
+        assert srv.n_requests == 6
