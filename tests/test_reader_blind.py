@@ -71,6 +71,7 @@ def test_policy_receives_only_the_view():
     bench = make_benchmark(1, 5, 5, seed=1)
     mem = make_memory('bm25'); mem.add_all(bench[0].sessions)
     for q in bench[0].queries: run_loop(Spy(), mem, q.view())
-    assert seen and all(set(v.model_dump()) == {'question', 'date'} for v in seen)
+    assert seen and all(set(v.model_dump()) == {'question', 'date', 'task', 'inputs'} for v in seen)
+    assert all(v.task is None and v.inputs == {} for v in seen)   # task and inputs are MemoryAgentBench's (test_mab_run)
     for q, v in zip(bench[0].queries, seen):
         assert q.id not in v.to_json() and not any(a in v.to_json() for a in q.answers if len(a) > 3 and a not in q.question)
