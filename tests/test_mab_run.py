@@ -6,7 +6,7 @@ import pytest
 from loopback import LoopbackServer
 from memlab.core import QueryView
 from memlab.runner import RunConfig, run, score, results_frame, ResultsStore
-from memlab.mab_agents import mab_synthetic, mab_agents
+from memlab.mab_agents import mab_synthetic, mab_agents, memorize_history
 from memlab.mab_synth import MAB_GENERATORS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,7 +20,7 @@ def cfg(**kw):
                      judge={'name': 'mab-metric', 'catalogue': 'synthetic'}, **kw)
 
 def test_resume_loads_checkpointed_memories_and_scores_identically(tmp_path):
-    full = run(cfg(checkpoint_memories=True), INSTS, tmp_path / 'a', progress=False); score(full, INSTS)
+    full = run(cfg(checkpoint_memories=True), INSTS, tmp_path / 'a', history=memorize_history, progress=False); score(full, INSTS)
     ro = full.rollouts()
     assert len(ro) == 3 * 12 and not ro['timings'].map(lambda t: json.loads(t)['ingest_loaded']).any()
     ckpts = sorted((tmp_path / 'a' / 'memories').glob('*.pkl'))
@@ -32,7 +32,7 @@ def test_resume_loads_checkpointed_memories_and_scores_identically(tmp_path):
     for s in shards: s.unlink()
     ResultsStore(tmp_path / 'a').write_rollouts([__import__('memlab.core', fromlist=['Rollout']).Rollout.from_row(r) for r in keep.to_dict('records')])
     for s in (tmp_path / 'a').rglob('scores/*.parquet'): s.unlink()
-    st = run(cfg(checkpoint_memories=True), INSTS, tmp_path / 'a', progress=False); score(st, INSTS)
+    st = run(cfg(checkpoint_memories=True), INSTS, tmp_path / 'a', history=memorize_history, progress=False); score(st, INSTS)
     ro2 = st.rollouts()
     assert len(ro2) == len(ro) and ro2['rollout_id'].is_unique
     new = ro2[~ro2['rollout_id'].isin(keep['rollout_id'])]
