@@ -356,3 +356,15 @@ def test_reader_tiers_on_entity_graph_as_history_grows():
         assert out[n, 'weak'][1] > out[n, 'strong'][1]           # tail burden: weak reader searches more
         assert out[n, 'strong'][0] >= 0.7                          # the strong reader reaches the answers
     assert out[0, 'strong'][0] >= out[400, 'strong'][0]           # growth does not help
+
+def test_ppr_graph_with_negative_bm25_scores_on_few_passages():
+    "Few long passages make some BM25 scores negative; the PPR reset must stay non-negative (it once raised)."
+    from memlab.mab_agents import mab_synthetic, memorize_history
+    from memlab.memory import make_memory, terms
+    inst = mab_synthetic(['longmemeval_s*'], params=dict(n_contexts=1, context_tokens=32000, questions_per_context=10, seed=0),
+                         chunk_size=4096)[0]
+    m = make_memory('ppr-graph', k=10); m.add_all(memorize_history(inst, {}))
+    g = m.graph()
+    negative = [q for q in inst.queries if g.entity_ids(q.question) and (g.bm25.get_scores(terms(q.question)) < 0).any()]
+    assert negative, 'no query with an entity and a negative BM25 score: the test would prove nothing'
+    for q in negative: assert len(m.search(q.question)) == min(10, len(inst.sessions))
