@@ -109,3 +109,17 @@ run_name: fixture""", env)
     assert p.returncode == 0, p.stderr[-3000:]
     t2 = (out / 'results' / 'memoryagentbench' / 'table2.csv').read_text()
     assert 'FactCon-SH' in t2 and 'MCC' not in t2
+
+@pytest.mark.parametrize('spec', mab_agents(names=('long-context', 'bm25', 'dense', 'ppr-graph', 'items')), ids=lambda s: s['name'])
+def test_prepared_memories_checkpoint_and_search_identically(spec, tmp_path):
+    "prepare() builds the lazy indexes inside construction; the prepared memory survives a checkpoint round trip."
+    from memlab.mab import MemoryCheckpoint
+    spec = dict(spec, embedder='hash-embed') if spec['name'] == 'dense' else spec
+    sessions = memorize_history(INSTS[0], {})
+    ck = MemoryCheckpoint(tmp_path); built, status = ck.get_or_build(spec, sessions)
+    assert status == 'built' and ck.build_s > 0
+    loaded, status2 = MemoryCheckpoint(tmp_path).get_or_build(spec, sessions)
+    assert status2 == 'loaded'
+    for q in INSTS[0].queries:
+        a, b = built.search(q.question), loaded.search(q.question)
+        assert [(e.session_id, e.text, round(e.score, 9)) for e in a] == [(e.session_id, e.text, round(e.score, 9)) for e in b]
