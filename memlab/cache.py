@@ -4,7 +4,7 @@
 
 # %% ../nbs/03a_cache.ipynb #5662b6fa
 from __future__ import annotations
-import hashlib, json, logging, os, random, sqlite3, threading, time, warnings, weakref
+import contextlib, hashlib, json, logging, os, random, sqlite3, threading, time, warnings, weakref
 from pathlib import Path
 from typing import Any, Callable, Optional
 from pydantic import BaseModel
@@ -53,7 +53,7 @@ class CacheError(RuntimeError):
     "The cache file cannot be used (not a memlab cache, damaged, locked too long, closed); names the file."
 
 class CacheWarning(UserWarning):
-    "A corrupted cache entry was found and dropped; the caller refetches it."
+    "Something was dropped and will be refetched: a corrupted entry, a damaged file (set aside), a reply too large to store."
 
 FORMAT, SCHEMA = 'memlab-response-cache', '1'  # stored in the `meta` table of every cache file
 
@@ -113,6 +113,48 @@ def _init_db(conn: sqlite3.Connection, path: Path):
     if conn.execute('PRAGMA journal_mode=WAL').fetchone()[0].lower() != 'wal':
         _log.warning('%s: WAL mode unavailable; concurrent readers will wait for writers', path)
 
+# %% ../nbs/03a_cache.ipynb #9c5b3820
+_DAMAGE_CODES = {10: 'SQLITE_IOERR', 11: 'SQLITE_CORRUPT', 26: 'SQLITE_NOTADB'}  # primary result codes of a broken file
+
+def _is_damage(e: Optional[BaseException]) -> bool:
+    "True for SQLite errors that mean the file is damaged: malformed, not a database, disk I/O error."
+    if not isinstance(e, sqlite3.DatabaseError): return False
+    code = getattr(e, 'sqlite_errorcode', None)
+    if code is not None: return code & 0xff in _DAMAGE_CODES
+    return any(w in str(e).lower() for w in ('malformed', 'not a database', 'disk i/o error'))
+
+def _looks_sqlite(path: Path) -> bool:
+    "The file starts with SQLite's header (so it may be a damaged cache, not some other file)."
+    try:
+        with open(path, 'rb') as f: return f.read(16) == b'SQLite format 3\x00'
+    except OSError: return False
+
+def _file_id(path: Path) -> Optional[tuple]:
+    "(device, inode) of the file at `path` now; None if there is none."
+    try: st = os.stat(path)
+    except OSError: return None
+    return st.st_dev, st.st_ino
+
+def _set_aside_files(path: Path) -> Path:
+    "Rename `path` and its -wal/-shm to `<name>.broken-<time>[-n]` (+ -wal/-shm), side files first; the new name."
+    stamp, n = time.strftime('%Y%m%d-%H%M%S'), 0
+    while any(Path(f'{(dest := path.with_name(f"{path.name}.broken-{stamp}" + (f"-{n}" if n else "")))}{s}').exists()
+              for s in ('', '-wal', '-shm')): n += 1
+    for s in ('-wal', '-shm', ''):
+        if Path(f'{path}{s}').exists(): os.replace(f'{path}{s}', f'{dest}{s}')
+    return dest
+
+@contextlib.contextmanager
+def _dir_lock(folder: Path, # the cache file's folder
+              exclusive: bool=True # exclusive: setting a file aside; shared: opening a connection
+             ):
+    "A `flock` on `folder`: no process opens a connection while another renames a file there (none without fcntl)."
+    try: import fcntl
+    except ImportError: yield; return
+    fd = os.open(folder, os.O_RDONLY)
+    try: fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH); yield
+    finally: os.close(fd)
+
 # %% ../nbs/03a_cache.ipynb #f11a7b27
 def _checksum(key: str, payload: str) -> str: return hashlib.sha256(f'{key}\n{payload}'.encode()).hexdigest()
 
@@ -132,43 +174,109 @@ def _secrets(request: dict) -> list[str]:
 
 # %% ../nbs/03a_cache.ipynb #8d8e5197
 _LIVE = weakref.WeakSet()  # open caches in this process, reset in a forked child
-os.register_at_fork(after_in_child=lambda: [c._after_fork() for c in list(_LIVE)])
+_FILES: dict = {}          # real path -> generation, bumped each time the file is set aside: every cache reconnects
+_BROKEN: dict = {}         # (device, inode) of a file set aside -> its new name: each damaged file is reported once
+_FILES_LOCK = threading.Lock()
+_RAISE = object()          # `_run` without a fallback value
+
+def _after_fork_in_child():
+    global _FILES_LOCK
+    _FILES_LOCK = threading.Lock()
+    for c in list(_LIVE): c._after_fork()
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 class ResponseCache:
     "Persistent cache of model responses in one SQLite file (WAL mode), safe across threads and processes."
     def __init__(self, path: str|Path, # the cache file; created, with its folder, if missing
-                 timeout: float=60.0 # seconds to wait for a lock before `CacheError`
+                 timeout: float=60.0, # seconds to wait for a lock before `CacheError`
+                 max_reply_bytes: Optional[int]=2**20, # larger replies are returned but not stored (reported once); None: no cap
+                 set_aside_damaged: bool=False # a file already damaged when opened is set aside too (else `CacheError`)
                 ):
         if str(path) == ':memory:' or str(path).startswith('file:'): raise ValueError('a ResponseCache needs a file path')
         self.path, self.timeout = Path(path), float(timeout)
+        self.max_reply_bytes, self.set_aside_damaged = max_reply_bytes, set_aside_damaged
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._closed, self._inherited = False, []
+        self._real, self._closed, self._opened, self._inherited = os.path.realpath(self.path), False, False, []
         self._after_fork()
         _LIVE.add(self)
-        try: self._run(lambda c: _init_db(c, self.path), 'not a memlab response cache: ')  # a bad file fails here
+        try: self._run(lambda c: None, 'not a memlab response cache: ')  # the first connection checks the file
         except BaseException: self.close(); raise
+        self._opened = True
 
     def _after_fork(self):
         "Fresh per-thread connections, lock and counters (at creation, and in a forked child)."
         self._inherited += [c for _, c in getattr(self, '_conns', [])]  # the parent's: kept open, never used
         self._local, self._conns, self._lock = threading.local(), [], threading.Lock()
-        self._counts = dict(hits=0, misses=0, corrupted=0, writes=0)
+        self._counts = dict(hits=0, misses=0, corrupted=0, writes=0, too_large=0, set_aside=0)
+        self._reported, self._unusable = set(), None
 
     def _conn(self) -> sqlite3.Connection:
-        "This thread's connection, opened on first use (closing those of finished threads)."
+        "This thread's connection, opened and the file checked on first use and after the file was set aside."
         if self._closed: raise CacheError(f'{self.path}: the cache is closed')
-        conn = getattr(self._local, 'conn', None)
-        if conn is None:
+        loc = self._local
+        conn = getattr(loc, 'conn', None)
+        if conn is not None and loc.gen == _FILES.get(self._real, 0): return conn
+        self._forget_conn()
+        with _FILES_LOCK, _dir_lock(self.path.parent, exclusive=False):  # never while a file there is being renamed
+            gen, loc.file = _FILES.get(self._real, 0), _file_id(self.path)   # which file it opens: `_set_aside` compares
             conn = _connect(self.path, self.timeout)  # called inside `_run`, which retries and reports errors
-            with self._lock:
-                for t, c in self._conns:
-                    if not t.is_alive(): c.close()
-                self._conns = [(t, c) for t, c in self._conns if t.is_alive()] + [(threading.current_thread(), conn)]
-            self._local.conn = conn
+            loc.file = loc.file or _file_id(self.path)
+            try: _init_db(conn, self.path)        # the first read opens the -wal and -shm files
+            except BaseException: conn.close(); raise
+        with self._lock:
+            for t, c in self._conns:
+                if not t.is_alive(): c.close()
+            self._conns = [(t, c) for t, c in self._conns if t.is_alive()] + [(threading.current_thread(), conn)]
+        loc.conn, loc.gen = conn, gen
         return conn
 
-    def _run(self, fn: Callable[[sqlite3.Connection], Any], what: str='') -> Any:
-        return _retrying(lambda: fn(self._conn()), self.path, self.timeout, what)
+    def _forget_conn(self):
+        "Close this thread's connection, if it has one."
+        conn, self._local.conn = getattr(self._local, 'conn', None), None
+        if conn is None: return
+        with self._lock: self._conns = [(t, c) for t, c in self._conns if c is not conn]
+        conn.close()
+
+    def _run(self, fn: Callable[[sqlite3.Connection], Any], what: str='', fallback: Any=_RAISE) -> Any:
+        "`fn(conn)` through `_retrying`; a damaged file is set aside and `fn` runs once more, on a fresh file."
+        for last in (False, True):
+            if self._unusable: break
+            try: return _retrying(lambda: fn(self._conn()), self.path, self.timeout, what)
+            except CacheError as e:
+                if not _is_damage(e.__cause__) or not (self._opened or self.set_aside_damaged and _looks_sqlite(self.path)): raise
+                self._set_aside(e.__cause__, last)
+        if fallback is _RAISE: raise CacheError(f'{self.path}: {self._unusable}')
+        return fallback
+
+    def _set_aside(self, exc: BaseException, # the SQLite error
+                   last: bool # the fresh file failed too: give the cache up
+                  ):
+        "Set the damaged file aside (once across threads, caches and processes) and report it once; or give up."
+        mine = getattr(self._local, 'file', None)   # the file this thread's connection had open
+        self._forget_conn()
+        if last or self._counts['set_aside'] >= 3:
+            self._unusable = f'still damaged after being set aside ({exc}); calls are made uncached'
+            return self._report('unusable', f'{self.path}: {self._unusable}')
+        with _FILES_LOCK, _dir_lock(self.path.parent):
+            if mine is not None and _file_id(self.path) == mine:
+                try: dest = _set_aside_files(self.path)
+                except OSError as e:
+                    self._unusable = f'damaged ({exc}) and cannot be set aside ({e}); calls are made uncached'
+                    return self._report('unusable', f'{self.path}: {self._unusable}')
+                _BROKEN[mine] = dest.name
+                msg = f'{self.path}: damaged ({exc}); set aside as {dest.name}; continuing with a fresh cache file'
+            elif mine in _BROKEN: return                  # already handled in this process: reconnecting is enough
+            else: _BROKEN[mine], msg = None, f'{self.path}: damaged ({exc}); set aside by another process; continuing with the fresh file'
+            _FILES[self._real] = _FILES.get(self._real, 0) + 1    # every cache of the file in this process reconnects
+        self._count('set_aside')
+        _log.warning(msg); warnings.warn(msg, CacheWarning, stacklevel=4)
+
+    def _report(self, kind: str, msg: str):
+        "Log and warn (`CacheWarning`) the first time `kind` happens."
+        with self._lock:
+            if kind in self._reported: return
+            self._reported.add(kind)
+        _log.warning(msg); warnings.warn(msg, CacheWarning, stacklevel=4)
 
     def _count(self, name: str):
         with self._lock: self._counts[name] += 1
@@ -180,9 +288,9 @@ class ResponseCache:
     def get(self, request: dict, # the request
             key: Optional[str]=None # its key, if already computed (`self.key(request)`)
            ) -> Optional[dict]:
-        "The stored response for `request`, or None (a miss, or a corrupted entry that was dropped)."
+        "The stored response for `request`, or None (a miss, a corrupted entry that was dropped, a damaged file)."
         k = key or self.key(request)
-        row = self._run(lambda c: c.execute('SELECT payload, checksum FROM responses WHERE key=?', (k,)).fetchone())
+        row = self._run(lambda c: c.execute('SELECT payload, checksum FROM responses WHERE key=?', (k,)).fetchone(), fallback=None)
         if row is None: self._count('misses'); return None
         try: resp = _decode(k, *row)
         except ValueError as e: self._drop(k, *row, reason=str(e)); return None
@@ -195,7 +303,7 @@ class ResponseCache:
         msg = f'{self.path}: dropped corrupted cache entry {key[:16]} ({reason}); it will be refetched'
         _log.warning(msg); warnings.warn(msg, CacheWarning, stacklevel=3)
         self._run(lambda c: c.execute('DELETE FROM responses WHERE key=? AND payload IS ? AND checksum IS ?',
-                                      (key, payload, checksum)))
+                                      (key, payload, checksum)), fallback=None)
 
     def put(self, request: dict, # the request; only its key is stored
             response: dict, # a JSON-serializable response
@@ -205,17 +313,27 @@ class ResponseCache:
         if not isinstance(response, dict): raise TypeError(f'a response is a dict, not {type(response).__name__}')
         k, payload = key or self.key(request), canonical_json(_plain(response, 'response'))
         if any(s in payload for s in _secrets(request)): raise ValueError('the response contains the request\'s API key: not cached')
+        if self.max_reply_bytes is not None and (n := len(payload.encode())) > self.max_reply_bytes:
+            self._count('too_large')
+            self._report('too_large', f'{self.path}: a reply of {n:,} bytes exceeds max_reply_bytes={self.max_reply_bytes:,}: '
+                                      'returned but not stored (reported once)')
+            return json.loads(payload)
         model, provider = (None if request.get(f) is None else str(request[f]) for f in ('model', 'provider'))
         row = (k, payload, _checksum(k, payload), model, provider, time.time())
-        self._run(lambda c: c.execute('INSERT OR REPLACE INTO responses(key, payload, checksum, model, provider, created) '
-                                      'VALUES (?, ?, ?, ?, ?, ?)', row))
-        self._count('writes')
+        if self._run(lambda c: c.execute('INSERT OR REPLACE INTO responses(key, payload, checksum, model, provider, created) '
+                                         'VALUES (?, ?, ?, ?, ?, ?)', row).rowcount, fallback=None) is not None:
+            self._count('writes')
         return json.loads(payload)
 
     @property
     def stats(self) -> dict:
         "Counters of this process: hits, misses (corrupted entries included), corrupted, writes."
-        with self._lock: return dict(self._counts)
+        with self._lock: return {k: self._counts[k] for k in ('hits', 'misses', 'corrupted', 'writes')}
+
+    @property
+    def incidents(self) -> dict:
+        "Counters of this process: replies too large to store, damaged files set aside."
+        with self._lock: return {k: self._counts[k] for k in ('too_large', 'set_aside')}
 
     def __len__(self) -> int: return self._run(lambda c: c.execute('SELECT count(*) FROM responses').fetchone()[0])
     def clear(self):
@@ -223,8 +341,11 @@ class ResponseCache:
         self._run(lambda c: c.execute('DELETE FROM responses'))
 
     def check(self):
-        "Full integrity check of the file (`PRAGMA quick_check`, reads every page); `CacheError` if damaged."
-        res = [r[0] for r in self._run(lambda c: c.execute('PRAGMA quick_check').fetchall())]
+        "Full integrity check of the file (`PRAGMA quick_check`, reads every page); `CacheError` if damaged, file left as is."
+        try: res = [r[0] for r in _retrying(lambda: self._conn().execute('PRAGMA quick_check').fetchall(), self.path, self.timeout)]
+        except CacheError as e:
+            if _is_damage(e.__cause__): raise CacheError(f'{self.path}: damaged: {e.__cause__}') from e.__cause__
+            raise
         if res != ['ok']: raise CacheError(f'{self.path}: damaged: {"; ".join(res[:5])}')
 
     def close(self):
@@ -237,7 +358,8 @@ class ResponseCache:
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
     def __repr__(self): return f'ResponseCache({str(self.path)!r})'
-    def __getstate__(self): return {'path': self.path, 'timeout': self.timeout}
+    def __getstate__(self): return {'path': self.path, 'timeout': self.timeout, 'max_reply_bytes': self.max_reply_bytes,
+                                    'set_aside_damaged': self.set_aside_damaged}
     def __setstate__(self, state): self.__init__(**state)
 
 # %% ../nbs/03a_cache.ipynb #f7c163b5

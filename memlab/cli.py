@@ -4,16 +4,19 @@
 
 # %% ../nbs/09_cli.ipynb #014eac68
 from __future__ import annotations
-import argparse, sys
+import argparse, os, signal, sys
 from pathlib import Path
 from typing import Optional
 import pandas as pd
-from .runner import (RunConfig, ResultsStore, run, score, results_frame, estimate, load_dataset, project_root)
+from .runner import (RunConfig, ResultsStore, StoreError, run, score, results_frame, estimate, load_dataset, project_root,
+                           error_summary, check_store, PASS_KEY)
+from .redact import redact
 from .stats import bootstrap_table
 from .core import RecordError
 from .cache import CacheError
 from .data import LOADERS, LME_LAYOUTS, inspect_dataset
 from .mab import inspect_memoryagentbench   # also registers the 'memoryagentbench' loader in LOADERS
+import memlab.scale                                # registers the scale-ladder history (`memlab resume --store`)
 
 # %% auto #0
 __all__ = ['DATA_INSPECTORS', 'default_store', 'die_with_parent', 'make_executor', 'parser', 'main']
@@ -23,12 +26,16 @@ def default_store(cfg: RunConfig) -> Path:
     "results/<section>/runs/<name>/ under the project root."
     return project_root() / 'results' / cfg.section / 'runs' / cfg.name
 
-def die_with_parent():
-    "Process-pool initializer: on Linux, the worker gets SIGTERM when the runner dies (even by kill -9)."
+def die_with_parent(parent: Optional[int]=None # the runner's PID (`os.getpid()` when the pool was made)
+                   ):
+    "Process-pool initializer: the worker dies with the runner (even by kill -9), and leaves Ctrl-C to it."
+    import os, signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)          # the runner handles Ctrl-C: it keeps what finished, then stops us
     try:
-        import ctypes, signal
-        ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+        import ctypes
+        ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG: SIGTERM when the runner dies
     except (OSError, AttributeError): pass                                  # not Linux: workers exit with the pool
+    if parent is not None and os.getppid() != parent: os._exit(1)           # it died before the guard was in place
 
 def make_executor(kind: str, # serial | threads | processes | dask
                   workers: int=4, # workers (threads, processes, or LocalCluster processes)
@@ -43,7 +50,8 @@ def make_executor(kind: str, # serial | threads | processes | dask
     if kind == 'processes':
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
-        ex = ProcessPoolExecutor(workers, mp_context=mp.get_context('spawn'), initializer=die_with_parent); return ex, ex.shutdown
+        ex = ProcessPoolExecutor(workers, mp_context=mp.get_context('spawn'), initializer=die_with_parent, initargs=(os.getpid(),))
+        return ex, ex.shutdown
     if kind == 'dask':
         try: from distributed import Client, LocalCluster
         except ImportError: raise SystemExit('memlab: --executor dask needs dask.distributed (pip install "memlab[dev]")')
@@ -52,27 +60,59 @@ def make_executor(kind: str, # serial | threads | processes | dask
         return client.get_executor(), client.close
     raise SystemExit(f'memlab: unknown executor {kind!r}')
 
+def _report_errors(store: ResultsStore, max_rate: float) -> int:
+    "Print errored rollouts by cause on stderr; 1 when their share exceeds `max_rate`, else 0."
+    ro = store.rollouts(); es = error_summary(ro)
+    if not len(es): return 0
+    n = int(es['count'].sum())
+    print(f'memlab: {n} of {len(ro)} rollouts ended in an error: ' + '; '.join(f"{r.count} {r.cause}" for r in es.itertuples()),
+          file=sys.stderr)
+    print(f'memlab: first error: {es["first_message"].iloc[0]}', file=sys.stderr)
+    if n / len(ro) > max_rate:
+        print(f'memlab: error rate {n / len(ro):.1%} exceeds --max-error-rate {max_rate:g}; fix the cause, then '
+              '`memlab resume CONFIG --retry-errors`', file=sys.stderr)
+        return 1
+    return 0
+
 def _cmd_run(a, resume=False):
-    cfg = RunConfig.load(a.config)
+    if a.config is None:                            # `memlab resume --store STORE`: the config recorded in the store
+        if not (resume and a.store): raise RecordError('memlab run: give a CONFIG (resume takes --store STORE instead)')
+        cfg = RunConfig.load(ResultsStore(a.store).manifest()['config'])
+    else: cfg = RunConfig.load(a.config)
     store = ResultsStore(a.store or default_store(cfg))
-    if resume and not store.manifest_path.exists(): raise SystemExit(f'memlab resume: no run at {store.root}; use memlab run')
+    if resume and not store.manifest_path.exists() and not (store.root / 'rollouts').is_dir():
+        raise SystemExit(f'memlab resume: no run at {store.root}; use memlab run')
     insts = load_dataset(cfg.dataset)
     ex, close = make_executor(a.executor, a.workers, a.dask_address, a.threads)
-    try: run(cfg, insts, store, executor=ex)
-    finally: close()
+    done = False
+    try: run(cfg, insts, store, executor=ex, retry_errors=a.retry_errors, wait=a.wait, check_backends=not a.no_preflight); done = True
+    finally:
+        if done or ex is None: close()
+        elif hasattr(ex, 'shutdown'): ex.shutdown(wait=False, cancel_futures=True)   # interrupted: do not wait for running units
+        else: close()
     ro = store.rollouts()
-    print(f'{cfg.name}: {len(ro)} rollouts in {store.root} ({int(ro["error"].notna().sum())} with errors)')
-    if a.score: _score(store, insts, None, None)
+    print(f'{cfg.name}: {len(ro)} rollouts in {store.root} ({int(ro["error"].notna().sum()) if len(ro) else 0} with errors)')
+    rc = _report_errors(store, a.max_error_rate)
+    if a.score: _score(store, insts, None, None, a.wait)
+    if rc: raise SystemExit(rc)
 
-def _score(store, insts, judge, runs):
-    agg = score(store, insts, judge={'name': judge} if judge else None, n_runs=runs)
-    print(f'scored: {len(agg)} rollouts; unparsed {int(agg["n_unparsed"].sum())}, errors {int(agg["n_error"].sum())}')
+def _score(store, insts, judge, runs, wait=False):
+    agg = score(store, insts, judge={'name': judge} if judge else None, n_runs=runs, wait=wait)
+    print(f'scored: {agg["rollout_id"].nunique()} rollouts x {agg.groupby(PASS_KEY).ngroups} judge pass(es); '
+          f'unparsed {int(agg["n_unparsed"].sum())}, errors {int(agg["n_error"].sum())}')
 
 def _cmd_score(a):
     store = ResultsStore(a.store); cfg = RunConfig.load(store.manifest()['config'])
-    _score(store, load_dataset(cfg.dataset), a.judge, a.runs)
+    _score(store, load_dataset(cfg.dataset), a.judge, a.runs, a.wait)
+
+def _cmd_check(a):
+    t = check_store(a.store, quarantine=a.quarantine)
+    if not len(t): print(f'{a.store}: no problems found'); return
+    print(t.drop(columns=['file']).to_string(index=False))
+    if not a.quarantine and t['file'].any(): raise SystemExit(1)
 
 def _cmd_report(a):
+    if not Path(a.store).is_dir(): raise RecordError(f'{a.store}: no such store')
     df = results_frame(a.store)
     by = a.by.split(',') if a.by else ['policy', 'memory'] + [c for c in df.columns if c.startswith('cond_')]
     t = bootstrap_table(df.dropna(subset=['correct']), 'correct', by=by, group='query_id', n_resamples=a.resamples)
@@ -140,13 +180,23 @@ def parser() -> argparse.ArgumentParser:
     for name, hlp in (('run', 'generate the rollouts of a config (finished ones are skipped)'),
                       ('resume', 'continue an interrupted run of a config')):
         r = sub.add_parser(name, help=hlp)
-        r.add_argument('config'); r.add_argument('--store', help='run folder (default results/<section>/runs/<name>)')
+        r.add_argument('config', nargs='?' if name == 'resume' else None,
+                       help='run config (YAML)' + ('; omitted: the config recorded in --store (e.g. a section notebook\'s run)' if name == 'resume' else ''))
+        r.add_argument('--store', help='run folder (default results/<section>/runs/<name>)')
         r.add_argument('--executor', default='serial', choices=['serial', 'threads', 'processes', 'dask'])
         r.add_argument('--workers', type=int, default=4); r.add_argument('--dask-address')
         r.add_argument('--threads', type=int, default=1, help='threads per dask LocalCluster worker process')
         r.add_argument('--score', action='store_true', help='score with the config judge afterwards')
+        r.add_argument('--retry-errors', action='store_true', help='re-run rollouts that ended in an error (earlier attempts are kept)')
+        r.add_argument('--wait', action='store_true', help='wait while another writer holds the store (default: exit 2)')
+        r.add_argument('--max-error-rate', type=float, default=0.0, metavar='RATE',
+                       help='exit 1 when more than this share of rollouts ended in an error (default 0)')
+        r.add_argument('--no-preflight', action='store_true', help='skip the key and one-request check of model backends')
     s = sub.add_parser('score', help='judge stored rollouts (never regenerates answers)')
-    s.add_argument('store'); s.add_argument('--judge'); s.add_argument('--runs', type=int)
+    s.add_argument('store'); s.add_argument('--judge'); s.add_argument('--runs', type=_positive_int)
+    s.add_argument('--wait', action='store_true', help='wait while another writer holds the store (default: exit 2)')
+    c = sub.add_parser('check', help='list damaged, foreign and leftover files and duplicate rows of a store')
+    c.add_argument('store'); c.add_argument('--quarantine', action='store_true', help='move damaged files to STORE/quarantine/')
     r = sub.add_parser('report', help='accuracy with task-level bootstrap CIs')
     r.add_argument('store'); r.add_argument('--by'); r.add_argument('--csv'); r.add_argument('--resamples', type=int, default=1000)
     e = sub.add_parser('estimate', help='calls, tokens and cost before spending anything')
@@ -165,9 +215,15 @@ def main(argv: Optional[list]=None):
     "Entry point of the `memlab` console script; bad input is one line `memlab: ...` and exit status 2."
     a = parser().parse_args(argv)
     cmd = {'run': _cmd_run, 'resume': lambda a: _cmd_run(a, resume=True), 'score': _cmd_score, 'report': _cmd_report,
-           'estimate': _cmd_estimate, 'reproduce': _cmd_reproduce, 'data': _cmd_data}[a.cmd]
+           'estimate': _cmd_estimate, 'reproduce': _cmd_reproduce, 'data': _cmd_data, 'check': _cmd_check}[a.cmd]
+    from memlab.llm import PreflightError
+    got = []
+    def terminate(n, f): got.append(n); raise KeyboardInterrupt   # SIGTERM: stop like Ctrl-C, keeping finished work
+    old = signal.signal(signal.SIGTERM, terminate)
     try: cmd(a)
-    except (RecordError, CacheError, FileNotFoundError) as e:   # bad input: the message names file, record and field
-        print(f'memlab: {e}', file=sys.stderr); raise SystemExit(2)
+    except (RecordError, CacheError, StoreError, PreflightError, FileNotFoundError) as e:   # bad input: one line naming the file
+        print(f'memlab: {redact(str(e)).splitlines()[0] if str(e) else type(e).__name__}', file=sys.stderr); raise SystemExit(2)
     except KeyboardInterrupt:
-        print('memlab: interrupted; finished rollouts are stored: `memlab resume` continues', file=sys.stderr); raise SystemExit(130)
+        print(f"memlab: {'terminated' if got else 'interrupted'}; finished work is stored: `memlab resume` continues", file=sys.stderr)
+        raise SystemExit(143 if got else 130)
+    finally: signal.signal(signal.SIGTERM, old)

@@ -4,15 +4,20 @@
 
 # %% ../nbs/00_core.ipynb #6ad4d361
 from __future__ import annotations
-import hashlib, json, re, typing
+import datetime as dt, difflib, hashlib, inspect, json, os, re, stat, types, typing
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal, Optional
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing import Annotated, Any, Literal, Optional
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, create_model
 
 # %% auto #0
-__all__ = ['TOKENIZER', 'OFFLINE_LABEL', 'canonical_json', 'stable_hash', 'count_tokens', 'Record', 'Turn', 'Session',
-           'QueryView', 'Query', 'Instance', 'Evidence', 'Usage', 'Step', 'Trajectory', 'Rollout', 'Score', 'Registry',
-           'RecordError', 'validate_record', 'read_json_records', 'load_records']
+__all__ = ['TOKENIZER', 'PosInt', 'NonNegInt', 'NonNegFloat', 'UnitFloat', 'NonEmptyStr', 'DATE_FORMATS', 'OFFLINE_LABEL',
+           'MAX_FILE_BYTES', 'canonical_json', 'stable_hash', 'count_tokens', 'RecordError', 'parse_date', 'date_key',
+           'Record', 'Turn', 'Session', 'QueryView', 'Query', 'Instance', 'Evidence', 'Usage', 'Step', 'Trajectory',
+           'Rollout', 'Score', 'Registry', 'max_file_bytes', 'check_regular_file', 'read_bounded', 'validate_record',
+           'read_json_records', 'load_records', 'StrictYAMLLoader', 'load_yaml', 'check_dates', 'check_histories',
+           'validate_params', 'validate_args']
 
 # %% ../nbs/00_core.ipynb #d937a728
 def canonical_json(obj: Any) -> str:
@@ -33,6 +38,42 @@ _TOK = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 def count_tokens(text: str) -> int:
     "Approximate token count (words and punctuation marks); offline stand-in for a model tokenizer."
     return len(_TOK.findall(text or ''))
+
+# %% ../nbs/00_core.ipynb #91e4a643
+class RecordError(ValueError):
+    "Bad input: the message names the file, the record and the field."
+
+PosInt = Annotated[int, Field(ge=1)]               # sizes that cannot be 0: k, window and chunk tokens
+NonNegInt = Annotated[int, Field(ge=0)]            # counts that may be 0
+NonNegFloat = Annotated[float, Field(ge=0)]        # weights
+UnitFloat = Annotated[float, Field(ge=0, le=1)]    # rates and probabilities
+NonEmptyStr = Annotated[str, Field(min_length=1)]  # ids
+
+DATE_FORMATS = ('%Y/%m/%d (%a) %H:%M', '%Y/%m/%d %H:%M', '%Y/%m/%d',      # LongMemEval, the synthetic generator
+                '%I:%M %p on %d %B, %Y', '%I:%M %p on %d %b, %Y')         # LoCoMo; ISO 8601 is tried last
+
+@lru_cache(maxsize=1 << 17)
+def _parsed(date: str) -> Optional[dt.datetime]:
+    "The naive datetime of a date string, or None if no format fits (cached: each distinct string is parsed once)."
+    s = date.strip()
+    for f in DATE_FORMATS:
+        try: return dt.datetime.strptime(s, f)
+        except ValueError: pass
+    try: return dt.datetime.fromisoformat(s).replace(tzinfo=None)
+    except ValueError: return None
+
+def parse_date(date: str, # a session or question date
+               where: str='<date>' # what it is the date of, for the message
+              ) -> dt.datetime:
+    "Parse LongMemEval (`2023/05/30 (Tue) 23:40`), LoCoMo (`1:56 pm on 8 May, 2023`) or ISO 8601 dates (naive)."
+    d = _parsed(date) if isinstance(date, str) else None
+    if d is None: raise RecordError(f"{where}: field 'date': cannot parse {date!r} (formats {DATE_FORMATS} or ISO 8601)")
+    return d
+
+def date_key(date: Optional[str] # a date string or None
+            ) -> dt.datetime:
+    "A sort key: the parsed date, or `datetime.min` when undated or unparseable (never raises)."
+    return (_parsed(date) if isinstance(date, str) else None) or dt.datetime.min
 
 # %% ../nbs/00_core.ipynb #3dbfe3c6
 def _is_nested(annotation) -> bool:
@@ -78,7 +119,7 @@ class Turn(Record):
 
 class Session(Record):
     "A dated session of turns: the unit of ingestion and of evidence ids."
-    id: str
+    id: NonEmptyStr
     date: Optional[str] = None
     turns: list[Turn] = Field(default_factory=list)
     meta: dict[str, Any] = Field(default_factory=dict)
@@ -87,6 +128,10 @@ class Session(Record):
     def text(self) -> str: return '\n'.join(f'{t.role}: {t.content}' for t in self.turns)
     @property
     def n_tokens(self) -> int: return sum(count_tokens(t.content) for t in self.turns)
+    @property
+    def parsed_date(self) -> Optional[dt.datetime]:
+        "`date` as a naive datetime (None if undated); an unparseable date is a RecordError naming the session."
+        return None if self.date is None else parse_date(self.date, f'session {self.id!r}')
 
 # %% ../nbs/00_core.ipynb #cba75fb5
 class QueryView(Record):
@@ -108,6 +153,11 @@ class Query(Record):
     meta: dict[str, Any] = Field(default_factory=dict)
     task: Optional[str] = None                         # model-visible task (MemoryAgentBench: metadata.source)
     inputs: dict[str, Any] = Field(default_factory=dict)  # model-visible prompt inputs; never gold or key points
+
+    @property
+    def parsed_date(self) -> Optional[dt.datetime]:
+        "The question date as a naive datetime (None if undated); an unparseable date is a RecordError naming the query."
+        return None if self.date is None else parse_date(self.date, f'query {self.id!r}')
 
     def view(self) -> QueryView:
         "The policy-facing projection: no id, no gold, no evidence, no type, no meta."
@@ -198,6 +248,7 @@ class Rollout(Record):
     usage: Usage = Field(default_factory=Usage)
     timings: dict[str, float] = Field(default_factory=dict)
     error: Optional[str] = None        # set when the rollout could not finish; never scored as wrong
+    attempt: int = 0                   # 0, then 1, 2, ... when `run(retry_errors=True)` re-runs an errored rollout
 
 class Score(Record):
     "A judge's verdict on one rollout (one judge run)."
@@ -206,6 +257,7 @@ class Score(Record):
     judge_model: str                   # model id, or 'offline'
     prompt_hash: str
     run: int = 0                       # repeated judge runs are averaged (MemOS convention)
+    attempt: int = 0                   # the rollout attempt it judges (`Rollout.attempt`)
     label: Literal['CORRECT', 'WRONG', 'unparsed', 'error']
     correct: Optional[bool] = None     # None unless the label is CORRECT or WRONG
     score: Optional[float] = None      # graded metrics (F1, ROUGE-L, recall) where the judge gives one
@@ -222,7 +274,7 @@ class Registry(dict):
             old = self.get(name)   # re-running a notebook or reloading a module re-registers the same-named class
             if old is not None and getattr(old, '__qualname__', None) != getattr(obj, '__qualname__', None):
                 raise ValueError(f'{self.kind} {name!r} is already registered to {old.__qualname__}')
-            self[name] = obj; obj.registered_name = name
+            self[name] = obj; obj.registered_name, obj.registered_kind = name, self.kind
             return obj
         return deco
 
@@ -235,10 +287,49 @@ class Registry(dict):
         "Instantiate the implementation registered as `name`."
         return self.get_impl(name)(**kw)
 
-# %% ../nbs/00_core.ipynb #638d75b3
-class RecordError(ValueError):
-    "Bad input: the message names the file, the record and the field."
+# %% ../nbs/00_core.ipynb #59e6444d
+MAX_FILE_BYTES = 4 << 30   # files read whole are at most this large (4 GiB; LongMemEval _m is about 2.7 GB); $MEMLAB_MAX_FILE_BYTES overrides
 
+def max_file_bytes() -> int:
+    "The size bound on files read whole: $MEMLAB_MAX_FILE_BYTES if set, else `MAX_FILE_BYTES`."
+    v = os.environ.get('MEMLAB_MAX_FILE_BYTES')
+    if v is None: return MAX_FILE_BYTES
+    try: return int(v)
+    except ValueError: raise RecordError(f'MEMLAB_MAX_FILE_BYTES: expected a number of bytes, got {v!r}') from None
+
+_KINDS = ((stat.S_ISDIR, 'a directory'), (stat.S_ISFIFO, 'a FIFO'), (stat.S_ISCHR, 'a character device'),
+          (stat.S_ISBLK, 'a block device'), (stat.S_ISSOCK, 'a socket'))
+
+def _too_big(path, size: int, limit: int) -> RecordError:
+    return RecordError(f'{path}: {size:,} bytes, larger than the limit of {limit:,} bytes (set MEMLAB_MAX_FILE_BYTES to raise it)')
+
+def check_regular_file(path: str|Path, # a data or config file
+                       max_bytes: Optional[int]=None # size bound; None: no bound
+                      ) -> int:
+    "The size of `path` if it is a regular file (within `max_bytes`), else a RecordError; never opens it (a FIFO would block)."
+    try: st = os.stat(path)
+    except OSError as e: raise RecordError(f'{path}: cannot read: {e.strerror or e}') from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = next((n for f, n in _KINDS if f(st.st_mode)), 'a special file')
+        raise RecordError(f'{path}: not a regular file ({kind}); give a data file')
+    if max_bytes is not None and st.st_size > max_bytes: raise _too_big(path, st.st_size, max_bytes)
+    return st.st_size
+
+def read_bounded(path: str|Path, # a data or config file
+                 max_bytes: Optional[int]=None # size bound; None: `max_file_bytes()`
+                ) -> bytes:
+    "The bytes of a regular file no larger than `max_bytes`; errors name the file."
+    limit = max_file_bytes() if max_bytes is None else max_bytes
+    check_regular_file(path, limit)
+    try:   # O_NONBLOCK: should the path turn into a FIFO after the check, opening it still does not block
+        with os.fdopen(os.open(path, os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0)), 'rb') as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode): raise RecordError(f'{path}: not a regular file; give a data file')
+            data = f.read(limit + 1)
+    except OSError as e: raise RecordError(f'{path}: cannot read: {e.strerror or e}') from None
+    if len(data) > limit: raise _too_big(path, len(data), limit)
+    return data
+
+# %% ../nbs/00_core.ipynb #638d75b3
 def validate_record(cls: type[Record], # the record class
                     data: Any, # the parsed JSON value
                     source: str='<input>', # file name for the message
@@ -253,29 +344,67 @@ def validate_record(cls: type[Record], # the record class
         errs = '; '.join(f"field '{'.'.join(map(str, er['loc'])) or '<root>'}': {er['msg']}" for er in e.errors())
         raise RecordError(f'{source}: {where}: {errs}') from None
 
-def read_json_records(path: str|Path # a JSON array, or JSONL (.jsonl, or any file not starting with '[')
+class _Repeated(dict):
+    "A parsed JSON object that repeated a key (`key`)."
+    key = None
+
+def _json(text: str) -> tuple:
+    "(value, whether an object repeated a key): json.loads with repeats marked; deep nesting becomes a ValueError."
+    rep = []
+    def hook(pairs):
+        d = dict(pairs)
+        if len(d) != len(pairs):
+            seen = set(); d = _Repeated(d)
+            d.key = next(k for k, _ in pairs if k in seen or seen.add(k)); rep.append(d)
+        return d
+    try: return json.loads(text, object_pairs_hook=hook), bool(rep)
+    except RecursionError: raise ValueError('nested too deeply') from None
+
+def _repeated(obj) -> Optional[tuple]:
+    "(field path, key) of the first repeated key in `obj`, depth first in document order; None if there is none."
+    stack = [(obj, ())]
+    while stack:
+        o, p = stack.pop()
+        if isinstance(o, _Repeated): return '.'.join(map(str, p + (o.key,))), o.key
+        kids = o.items() if isinstance(o, dict) else enumerate(o) if isinstance(o, list) else ()
+        stack.extend(reversed([(v, p + (k,)) for k, v in kids]))
+    return None
+
+def _dup_error(path, who: str, item) -> RecordError:
+    field, key = _repeated(item)
+    return RecordError(f"{path}: {who}: field '{field}': duplicate key {key!r} (a JSON object may not repeat a key)")
+
+def read_json_records(path: str|Path, # a JSON array, or JSONL (.jsonl, or any file not starting with '[')
+                      max_bytes: Optional[int]=None # size bound; None: `max_file_bytes()` ($MEMLAB_MAX_FILE_BYTES)
                      ) -> list:
-    "The raw records of a JSON array or JSONL file; unreadable text or bad JSON names the file and the line."
+    "The raw records of a JSON array or JSONL file; special or oversized files, bad JSON and repeated keys name the file."
     path = Path(path)
-    try: text = path.read_text(encoding='utf-8')
-    except OSError as e: raise RecordError(f'{path}: cannot read: {e.strerror or e}') from None
+    try: text = read_bounded(path, max_bytes).decode('utf-8')
     except UnicodeDecodeError as e: raise RecordError(f'{path}: not UTF-8 text (byte {e.start})') from None
     head = text.lstrip()[:1]
     if not head: raise RecordError(f'{path}: empty file; expected a JSON array or JSONL records')
     if path.suffix != '.jsonl' and head != '[':          # one JSON value that is not an array: say so
         try: whole = json.loads(text)
-        except json.JSONDecodeError: whole = None
+        except (ValueError, RecursionError): whole = None
         if whole is not None: raise RecordError(f'{path}: expected a JSON array of records (or JSONL, one record per line), got a JSON {type(whole).__name__}')
+    rid = lambda d: d.get('id') if isinstance(d, dict) and isinstance(d.get('id'), (str, int)) else None
     if path.suffix == '.jsonl' or head != '[':           # JSONL: one record per line (a .json file may hold JSONL too)
         items = []
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip(): continue
-            try: items.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise RecordError(f'{path}: line {n} (record {len(items)}): not valid JSON: {e.msg} at column {e.colno}') from None
+            at = f'{path}: line {n} (record {len(items)})'
+            try: item, rep = _json(line)
+            except json.JSONDecodeError as e: raise RecordError(f'{at}: not valid JSON: {e.msg} at column {e.colno}') from None
+            except ValueError as e: raise RecordError(f'{at}: not valid JSON: {e}') from None
+            if rep: raise _dup_error(path, f'line {n} (record {len(items)}' + (f', id={rid(item)!r})' if rid(item) is not None else ')'), item)
+            items.append(item)
     else:
-        try: items = json.loads(text)
+        try: items, rep = _json(text)
         except json.JSONDecodeError as e: raise RecordError(f'{path}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}') from None
+        except ValueError as e: raise RecordError(f'{path}: not valid JSON: {e}') from None
+        if rep:
+            i, item = next((i, d) for i, d in enumerate(items) if _repeated(d))
+            raise _dup_error(path, f'record {i}' + (f' (id={rid(item)!r})' if rid(item) is not None else ''), item)
     if not isinstance(items, list): raise RecordError(f'{path}: expected a JSON array of records (or JSONL)')
     return items
 
@@ -292,3 +421,183 @@ def load_records(path: str|Path, # a .json (array) or .jsonl file
         if rid in first: raise RecordError(f"{path}: record {i} (id={rid!r}): field 'id': duplicate of record {first[rid]}")
         first[rid] = i
     return out
+
+# %% ../nbs/00_core.ipynb #494aa9d6
+class StrictYAMLLoader(yaml.SafeLoader):
+    "PyYAML's SafeLoader refusing repeated mapping keys and aliases (so an alias bomb cannot expand)."
+    source = '<yaml>'
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            ev = self.peek_event()
+            raise RecordError(f"{self.source}: line {ev.start_mark.line + 1}: YAML alias '*{ev.anchor}' refused: "
+                              'memlab configs take no aliases (write the value out)')
+        return super().compose_node(parent, index)
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = {}
+            for kn, _ in node.value:
+                if kn.tag == 'tag:yaml.org,2002:merge': continue
+                key = self.construct_object(kn, deep=True)
+                try: first = seen.get(key)
+                except TypeError: continue            # an unhashable key: SafeLoader reports it
+                if first is not None: raise RecordError(f'{self.source}: line {kn.start_mark.line + 1}: duplicate key {key!r} (first at line {first})')
+                seen[key] = kn.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+    def construct_object(self, node, deep=False):
+        try: return super().construct_object(node, deep=deep)
+        except RecordError: raise
+        except ValueError as e: raise RecordError(f'{self.source}: line {node.start_mark.line + 1}: {e}') from None
+
+def load_yaml(path_or_text: str|Path, # a `Path` (the file is read) or YAML text
+              source: Optional[str]=None # name for messages; default: the path, or '<yaml>'
+             ) -> Any:
+    "Parse YAML strictly (no repeated keys, no aliases); every error is one line naming the file and line."
+    if isinstance(path_or_text, Path):
+        source = source or str(path_or_text)
+        try: text = read_bounded(path_or_text).decode('utf-8')
+        except UnicodeDecodeError as e: raise RecordError(f'{source}: not UTF-8 text (byte {e.start})') from None
+    else: text, source = path_or_text, source or '<yaml>'
+    loader = StrictYAMLLoader(text); loader.source = source
+    try: return loader.get_single_data()
+    except yaml.YAMLError as e:
+        mark = getattr(e, 'problem_mark', None)
+        where = f' at line {mark.line + 1} column {mark.column + 1}' if mark else ''
+        raise RecordError(f'{source}: not valid YAML{where}: {getattr(e, "problem", None) or e}') from None
+    except RecursionError: raise RecordError(f'{source}: not valid YAML: nested too deeply') from None
+    finally: loader.dispose()
+
+# %% ../nbs/00_core.ipynb #8f824961
+def _who(source: str, i: int, inst) -> str: return f'{source}: record {i} (id={inst.id!r})'
+def _unparsed(d) -> bool: return d is not None and (not isinstance(d, str) or _parsed(d) is None)
+
+def check_dates(instances: list, # `Instance` records
+                source: str='<instances>', # file name for messages
+                ordered: bool=False # also require each instance's sessions in time order
+               ) -> list:
+    "Raise a RecordError naming file, record and field on an unparseable session or question date; returns `instances`."
+    for i, inst in enumerate(instances):
+        prev = None
+        for j, s in enumerate(inst.sessions):
+            if _unparsed(s.date): raise RecordError(f"{_who(source, i, inst)}: field 'sessions.{j}.date': cannot parse {s.date!r} (formats {DATE_FORMATS} or ISO 8601)")
+            if ordered and s.date is not None:
+                if prev is not None and _parsed(s.date) < _parsed(prev[1]):
+                    raise RecordError(f"{_who(source, i, inst)}: field 'sessions.{j}.date': {s.date!r} is before the previous session's "
+                                      f"{prev[1]!r} (sessions.{prev[0]}): sessions must be in chronological order")
+                prev = (j, s.date)
+        for j, q in enumerate(inst.queries):
+            if _unparsed(q.date): raise RecordError(f"{_who(source, i, inst)}: field 'queries.{j}.date': cannot parse {q.date!r} (formats {DATE_FORMATS} or ISO 8601)")
+    return instances
+
+def check_histories(instances: list, # `Instance` records
+                    source: str='<instances>' # file name for messages
+                   ) -> list:
+    "Raise a RecordError naming file and record on an instance without sessions; returns `instances`."
+    for i, inst in enumerate(instances):
+        if not inst.sessions:
+            raise RecordError(f"{_who(source, i, inst)}: field 'sessions': empty; an instance needs at least one session (its history)")
+    return instances
+
+# %% ../nbs/00_core.ipynb #d9c5405b
+_STRICT = {int: Annotated[int, Strict()], float: Annotated[float, Strict()], bool: Annotated[bool, Strict()],
+           str: Annotated[str, Strict()]}
+
+def _strict(a):
+    "Annotation `a` with strict scalars, and lists accepted (kept) where a tuple is annotated."
+    for t, s in _STRICT.items():
+        if a is t: return s
+    origin, args = typing.get_origin(a), typing.get_args(a)
+    if origin is Annotated: return Annotated[(_strict(args[0]), *a.__metadata__)]
+    if origin is typing.Union or origin is types.UnionType: return typing.Union[tuple(_strict(x) for x in args)]
+    if a is tuple: return typing.Union[tuple, list]
+    if origin is tuple and args:
+        items = tuple(_strict(x) for x in args if x is not Ellipsis)
+        same = typing.Union[items] if len(items) > 1 else items[0]
+        seq = list[same] if Ellipsis in args else Annotated[list[same], Field(min_length=len(items), max_length=len(items))]
+        return typing.Union[tuple[tuple(x if x is Ellipsis else _strict(x) for x in args)], seq]
+    if origin in (list, set, frozenset, dict) and args: return origin[tuple(_strict(x) for x in args)]
+    return a
+
+def _hint(p: inspect.Parameter, hints: dict, fn) -> Any:
+    "The resolved annotation of parameter `p` (Any when missing or unresolvable)."
+    if p.name in hints: return hints[p.name]
+    a = p.annotation
+    if a is p.empty: return Any
+    if isinstance(a, str):
+        try: return eval(a, getattr(fn, '__globals__', {}))
+        except Exception: return Any
+    return a
+
+@lru_cache(maxsize=None)
+def _args_model(impl) -> tuple:
+    "(pydantic model of `impl`'s keyword arguments, their names, whether it takes **kwargs); cached per implementation."
+    fn = impl.__init__ if isinstance(impl, type) else impl
+    fn = getattr(fn, 'func', fn)                        # functools.partial
+    try: hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception: hints = {}
+    fields, names, var_kw = {}, [], False
+    for i, p in enumerate(inspect.signature(impl).parameters.values()):
+        if p.kind == p.VAR_KEYWORD: var_kw = True; continue
+        if p.kind in (p.VAR_POSITIONAL, p.POSITIONAL_ONLY): continue
+        ann = _strict(_hint(p, hints, fn))
+        try: create_model('_Probe', __config__=ConfigDict(arbitrary_types_allowed=True), x=(ann, None))
+        except Exception: ann = Any                     # a type pydantic cannot check: accept anything
+        fields[f'a{i}'] = (ann, Field(alias=p.name) if p.default is p.empty else Field(p.default, alias=p.name))
+        names.append(p.name)
+    cfg = ConfigDict(extra='allow' if var_kw else 'forbid', arbitrary_types_allowed=True, protected_namespaces=())
+    return create_model(f'Args_{getattr(impl, "__name__", "impl")}', __config__=cfg, **fields), tuple(names), var_kw
+
+# %% ../nbs/00_core.ipynb #ca8ab066
+def _label(impl) -> str:
+    n = getattr(impl, 'registered_name', None)
+    return f"{getattr(impl, 'registered_kind', 'implementation')} {n!r}" if n else getattr(impl, '__qualname__', repr(impl))
+
+def _clean_loc(loc: tuple, data: dict) -> list:
+    "The path an error location names in the input (its argument, then keys and indices), without union-member tags."
+    if not loc: return []
+    out, cur = [loc[0]], data.get(loc[0])
+    for x in loc[1:]:
+        if isinstance(cur, dict) and x in cur: out.append(x); cur = cur[x]
+        elif isinstance(cur, (list, tuple)) and isinstance(x, int) and 0 <= x < len(cur): out.append(x); cur = cur[x]
+    return out
+
+def validate_params(impl, # a function or class
+                    params: dict, # argument name -> value, as a config gives them
+                    where: str, # dotted field path of `params` in the config, e.g. 'dataset.params'
+                    source: str, # file name for messages
+                    partial: bool=False # True: missing required arguments are not errors
+                   ) -> dict:
+    "The arguments validated strictly against `impl`'s annotated signature; a RecordError naming file and field otherwise."
+    pre = f'{where}.' if where else ''
+    if not isinstance(params, dict): raise RecordError(f"{source}: field '{where}': expected a mapping of arguments, got {type(params).__name__}")
+    model, names, var_kw = _args_model(impl)
+    for k in params:
+        if var_kw or k in names: continue
+        near = difflib.get_close_matches(str(k), names, n=1)
+        raise RecordError(f"{source}: field '{pre}{k}': unknown argument of {_label(impl)}" +
+                          (f"; did you mean {near[0]!r}?" if near else '') + f' (it takes {list(names)})')
+    try: m = model.model_validate(params)
+    except ValidationError as e:
+        by_arg = {}
+        for er in e.errors():
+            if partial and er['type'] == 'missing': continue
+            path = _clean_loc(er['loc'], params)
+            by_arg.setdefault(path[0] if path else '', []).append((path, er['msg']))
+        parts = []
+        for errs in by_arg.values():
+            deep = max(len(p) for p, _ in errs); path = next(p for p, _ in errs if len(p) == deep)
+            msgs = ' or '.join(dict.fromkeys(msg for p, msg in errs if p == path))
+            parts.append(f"field '{pre}{'.'.join(map(str, path))}': {msgs}")
+        if parts: raise RecordError(f"{source}: {'; '.join(parts)}") from None
+        return dict(params)                             # partial: only required arguments were missing
+    got = {n: getattr(m, f) for f, n in zip(model.model_fields, names) if n in params}
+    return {k: got.get(k, (m.model_extra or {}).get(k, params[k])) for k in params}
+
+def validate_args(impl, # a registered function or class, e.g. `MEMORIES['bm25']`
+                  spec: dict, # its spec in a config: {'name': ..., **arguments}
+                  where: str, # dotted field path of the spec, e.g. 'memories.0'
+                  source: str, # file name for messages
+                  partial: bool=False # True: missing required arguments are not errors
+                 ) -> dict:
+    "The spec's arguments (without 'name') validated strictly against `impl`'s signature; RecordError otherwise."
+    if not isinstance(spec, dict): raise RecordError(f"{source}: field '{where}': expected a mapping, got {type(spec).__name__}")
+    return validate_params(impl, {k: v for k, v in spec.items() if k != 'name'}, where, source, partial)

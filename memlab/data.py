@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Optional
 import pandas as pd
-from .core import Turn, Session, Query, Instance, Registry, RecordError, count_tokens, read_json_records
+from .core import Turn, Session, Query, Instance, Registry, RecordError, count_tokens, read_json_records, check_regular_file
 from .judge import LOCOMO_CATEGORIES
 
 # %% auto #0
@@ -25,8 +25,8 @@ class ChecksumError(RecordError):
 
 def file_sha256(path: str|Path # the data file
                ) -> str:
-    "sha256 of a file, read in 1 MiB blocks."
-    h = hashlib.sha256()
+    "sha256 of a file, read in 1 MiB blocks (a regular file only: a FIFO would block)."
+    check_regular_file(path); h = hashlib.sha256()
     try:
         with open(path, 'rb') as f:
             for block in iter(lambda: f.read(1 << 20), b''): h.update(block)
@@ -151,6 +151,7 @@ def _lme_instance(rec: Any, f: Fields, layout: Optional[str], source: str) -> In
     if bad: raise f.error('answer_session_ids', f'{bad} not among haystack_session_ids')
     sessions, keys, seen, dups = [], [], {}, []
     for j, (sid, date, turns) in enumerate(zip(ids, dates, hay)):
+        if not sid: raise f.error(f'haystack_session_ids.{j}', 'empty session id')
         keys.append(_lme_date(f, date, f'haystack_dates.{j}'))
         meta = {'position': j}
         seen[sid] = seen.get(sid, 0) + 1

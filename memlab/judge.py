@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_judge.ipynb #2d132087
 from __future__ import annotations
-import json, re, string
+import contextvars, json, re, string
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Optional
@@ -12,7 +12,7 @@ import pandas as pd
 from .core import Query, Rollout, Score, Registry, stable_hash
 
 # %% auto #0
-__all__ = ['METRICS', 'LOCOMO_CATEGORIES', 'LOCOMO_ABSTAIN', 'OFFLINE_JUDGE_LABEL', 'JUDGES', 'ABSTENTION_PHRASES',
+__all__ = ['METRICS', 'LOCOMO_CATEGORIES', 'LOCOMO_ABSTAIN', 'OFFLINE_JUDGE_LABEL', 'JUDGES', 'JUDGE_RUN', 'ABSTENTION_PHRASES',
            'PREMISE_REJECTIONS', 'A3_SYSTEM_PROMPT', 'A3_USER_TEMPLATE', 'LME_DEFAULT_TEMPLATE',
            'LME_TEMPORAL_TEMPLATE', 'LME_KNOWLEDGE_UPDATE_TEMPLATE', 'LME_PREFERENCE_TEMPLATE',
            'LME_ABSTENTION_TEMPLATE', 'LME_TEMPLATES', 'normalize_mab', 'normalize_locomo', 'register_metric',
@@ -199,6 +199,8 @@ def gold_text(query: Query) -> str:
     return ' | '.join(query.answers)
 
 # %% ../nbs/05_judge.ipynb #ccbb072c
+JUDGE_RUN = contextvars.ContextVar('judge_run', default=0)   # the run being judged, for completers that sample per run
+
 class Judge:
     "Base judge: `judge(rollout_id, query, answer, run)` -> `Score`; subclasses implement `_verdict`."
     name: str = 'judge'
@@ -226,10 +228,13 @@ class Judge:
               run: int=0 # repeated judge run index
              ) -> Score:
         "Judge one final answer: a `Score` with label CORRECT, WRONG, unparsed or error."
-        if answer is None: label, score, raw = 'WRONG', self._none_score(query), 'no answer'
-        else:
-            try: label, score, raw = self._verdict(query, answer)
-            except Exception as e: label, score, raw = 'error', None, repr(e)
+        token = JUDGE_RUN.set(run)                  # model-backed judges make run k a distinct request (sample k)
+        try:
+            if answer is None: label, score, raw = 'WRONG', self._none_score(query), 'no answer'
+            else:
+                try: label, score, raw = self._verdict(query, answer)
+                except Exception as e: label, score, raw = 'error', None, repr(e)
+        finally: JUDGE_RUN.reset(token)
         correct = {'CORRECT': True, 'WRONG': False}.get(label)
         return Score(rollout_id=rollout_id, judge=self.name, judge_model=self.model, prompt_hash=self.prompt_hash,
                      run=run, label=label, correct=correct, score=score, raw=raw)
@@ -379,7 +384,7 @@ _LME_HEAD = "I will give you a question, a correct answer, and a response from a
 _LME_TAIL = "\n\nQuestion: {}\n\nCorrect Answer: {}\n\nModel Response: {}\n\nIs the model response correct? Answer yes or no only."
 
 LME_DEFAULT_TEMPLATE = _LME_HEAD + " If the response is equivalent to the correct answer or contains all the intermediate steps to get the correct answer, you should also answer yes. If the response only contains a subset of the information required by the answer, answer no. " + _LME_TAIL
-LME_TEMPORAL_TEMPLATE = _LME_HEAD + " In addition, do not penalize off-by-one errors for the number of days. If the question asks for the number of days/weeks/months, etc., and the model makes off-by-one errors (e.g., predicting 19 days when the answer is 18), the model's response is still correct. " + _LME_TAIL
+LME_TEMPORAL_TEMPLATE = _LME_HEAD + " If the response is equivalent to the correct answer or contains all the intermediate steps to get the correct answer, you should also answer yes. If the response only contains a subset of the information required by the answer, answer no. In addition, do not penalize off-by-one errors for the number of days. If the question asks for the number of days/weeks/months, etc., and the model makes off-by-one errors (e.g., predicting 19 days when the answer is 18), the model's response is still correct. " + _LME_TAIL
 LME_KNOWLEDGE_UPDATE_TEMPLATE = _LME_HEAD + " If the response contains some previous information along with an updated answer, the response should be considered as correct as long as the updated answer is the required answer." + _LME_TAIL
 LME_PREFERENCE_TEMPLATE = "I will give you a question, a rubric for desired personalized response, and a response from a model. Please answer yes if the response satisfies the desired response. Otherwise, answer no. The model does not need to reflect all the points in the rubric. The response is correct as long as it recalls and utilizes the user's personal information correctly.\n\nQuestion: {}\n\nRubric: {}\n\nModel Response: {}\n\nIs the model response correct? Answer yes or no only."
 LME_ABSTENTION_TEMPLATE = "I will give you an unanswerable question, an explanation, and a response from a model. Please answer yes if the model correctly identifies the question as unanswerable. The model could say that the information is incomplete, or some other information is given but the asked information is not.\n\nQuestion: {}\n\nExplanation: {}\n\nModel Response: {}\n\nDoes the model correctly identify the question as unanswerable? Answer yes or no only."
@@ -426,23 +431,26 @@ class LongMemEvalJudge(Judge):
 def judge_many(judge: Judge, # any registered judge
                items: Iterable, # (Rollout, Query) pairs or (rollout_id, Query, answer) triples
                n_runs: int=1, # repeated judge runs per item
-               workers: int=1 # judge calls in flight (threads); scores keep the items' order
+               workers: int=1, # judge calls in flight (threads); scores keep the items' order
+               runs: Optional[list]=None # per item, the run indices to judge (default: range(n_runs) for every item)
               ) -> list[Score]:
-    "Judge every item `n_runs` times; rollout errors become error scores without a judge call."
+    "Judge every item `n_runs` times (or its `runs`); rollout errors become error scores without a judge call."
     jobs = []
-    for item in items:
+    items = list(items)
+    if runs is not None and len(runs) != len(items): raise ValueError(f'runs has {len(runs)} entries for {len(items)} items')
+    for i, item in enumerate(items):
         if len(item) == 2 and isinstance(item[0], Rollout):
             r, q = item
             if q.id != r.query_id: raise ValueError(f'rollout {r.rollout_id} answers {r.query_id!r}, not {q.id!r}')
-            rid, ans, err = r.rollout_id, r.answer, r.error
-        elif len(item) == 3: (rid, q, ans), err = item, None
+            rid, ans, err, att = r.rollout_id, r.answer, r.error, r.attempt
+        elif len(item) == 3: (rid, q, ans), err, att = item, None, 0
         else: raise ValueError(f'judge_many items are (Rollout, Query) or (rollout_id, Query, answer), got {item!r}')
-        jobs += [(rid, q, ans, err, run) for run in range(n_runs)]
+        jobs += [(rid, q, ans, err, run, att) for run in (range(n_runs) if runs is None else runs[i])]
     def one(job):
-        rid, q, ans, err, run = job
-        if err is None: return judge.judge(rid, q, ans, run=run)
+        rid, q, ans, err, run, att = job
+        if err is None: return judge.judge(rid, q, ans, run=run).model_copy(update={'attempt': att})
         return Score(rollout_id=rid, judge=judge.name, judge_model=judge.model, prompt_hash=judge.prompt_hash,
-                     run=run, label='error', correct=None, raw=f'rollout error: {err}')
+                     run=run, attempt=att, label='error', correct=None, raw=f'rollout error: {err}')
     if workers <= 1: return [one(j) for j in jobs]
     with ThreadPoolExecutor(workers) as ex: return list(ex.map(one, jobs))
 
@@ -458,7 +466,7 @@ def aggregate_runs(scores_df: pd.DataFrame # `scores_frame` rows: judge, rollout
     d = scores_df.copy()
     d['judged'] = d['label'].isin(['CORRECT', 'WRONG'])
     d['c'] = (d['label'] == 'CORRECT').astype(float).where(d['judged'])
-    g = d.groupby(['judge', 'judge_model', 'rollout_id'], sort=True)
+    g = d.groupby(['judge', 'judge_model', 'prompt_hash', 'rollout_id'], sort=True)
     out = pd.DataFrame({'correct': g['c'].mean(), 'n_runs': g['run'].nunique(), 'n_judged': g['judged'].sum(),
                         'n_unparsed': g['label'].agg(lambda s: int((s == 'unparsed').sum())),
                         'n_error': g['label'].agg(lambda s: int((s == 'error').sum())),

@@ -8,13 +8,13 @@ import datetime as dt, hashlib, random
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 import pandas as pd
-from .core import Session, Query, Instance, RecordError, stable_hash
+from .core import Session, Query, Instance, RecordError, stable_hash, parse_date, DATE_FORMATS
 from .synth import DATE_FMT
 
 # %% auto #0
-__all__ = ['DEFAULT_LADDER', 'DATE_FORMATS', 'ScaleLadder', 'as_ladder', 'ladder_conditions', 'parse_date', 'marked_relevant',
-           'fingerprint', 'SessionPool', 'pool_from_instances', 'history_span', 'QueryLadder', 'build_query_ladder',
-           'LadderHistory', 'ladder_history', 'split_queries', 'human_tokens', 'table4']
+__all__ = ['DEFAULT_LADDER', 'ScaleLadder', 'as_ladder', 'ladder_conditions', 'marked_relevant', 'fingerprint', 'SessionPool',
+           'pool_from_instances', 'history_span', 'QueryLadder', 'build_query_ladder', 'LadderHistory',
+           'ladder_history', 'split_queries', 'human_tokens', 'table4']
 
 # %% ../nbs/01b_ladder.ipynb #efd30fed
 DEFAULT_LADDER = (0, 100, 200, 300, 400)   # seed 000, Table 4 and appendix A.9
@@ -63,17 +63,7 @@ def ladder_conditions(ladder: ScaleLadder|Iterable[int]=DEFAULT_LADDER) -> list[
     return as_ladder(ladder).conditions()
 
 # %% ../nbs/01b_ladder.ipynb #02aeed95
-DATE_FORMATS = (DATE_FMT, '%Y/%m/%d %H:%M', '%Y/%m/%d', '%I:%M %p on %d %B, %Y', '%I:%M %p on %d %b, %Y')  # LongMemEval, LoCoMo
-
-def parse_date(date: str, # a session or question date
-               where: str='<date>' # what it is the date of, for the message
-              ) -> dt.datetime:
-    "Parse LongMemEval (`2023/05/30 (Tue) 23:40`), LoCoMo (`1:56 pm on 8 May, 2023`) or ISO dates (naive)."
-    for f in DATE_FORMATS:
-        try: return dt.datetime.strptime(date, f)
-        except ValueError: pass
-    try: return dt.datetime.fromisoformat(date).replace(tzinfo=None)
-    except ValueError: raise RecordError(f"{where}: field 'date': cannot parse {date!r} (formats {DATE_FORMATS} or ISO 8601)") from None
+# `parse_date` and `DATE_FORMATS` live in `memlab.core` (every layer parses dates the same way); imported above.
 
 def marked_relevant(session: Session) -> bool:
     "True if the dataset marks the session as evidence: an `answer` id (LongMemEval) or a `has_answer` turn."

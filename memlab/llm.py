@@ -4,7 +4,7 @@
 
 # %% ../nbs/03b_llm.ipynb #a3b2b443
 from __future__ import annotations
-import asyncio, email.utils, importlib, inspect, json, os, random, re, threading, time, weakref
+import asyncio, email.utils, errno, importlib, inspect, json, os, random, re, socket, threading, time, urllib.parse, weakref
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -12,14 +12,15 @@ import tenacity
 from tqdm.auto import tqdm
 from .core import Usage, Registry, QueryView, Step, count_tokens
 from .cache import ResponseCache, cached_call
+from .redact import redact, register_secret_env
 from .agent import Policy, POLICIES, Search, Answer
 
 # %% auto #0
 __all__ = ['PRICES', 'LOCAL_PROVIDERS', 'BACKENDS', 'SEARCH_TOOL', 'SYSTEM_PROMPT', 'SINGLE_PASS_PROMPT', 'price_of', 'cost_usd',
-           'ToolCall', 'ChatResponse', 'LLMError', 'BackendDown', 'MalformedReply', 'retry_after', 'background_loop',
-           'run_async', 'close_async_client', 'project_cache_path', 'ChatBackend', 'make_backend', 'OpenAIBackend',
-           'to_anthropic', 'AnthropicBackend', 'format_evidence', 'question_text', 'build_messages', 'parse_answer',
-           'LLMPolicy']
+           'ToolCall', 'ChatResponse', 'LLMError', 'BackendDown', 'MalformedReply', 'PreflightError', 'retry_after',
+           'describe_error', 'background_loop', 'run_async', 'close_async_client', 'project_cache_path', 'ChatBackend',
+           'make_backend', 'OpenAIBackend', 'to_anthropic', 'AnthropicBackend', 'format_evidence', 'question_text',
+           'build_messages', 'parse_answer', 'LLMPolicy']
 
 # %% ../nbs/03b_llm.ipynb #9bec5705
 PRICES = {   # model (or model-id prefix): (USD per 1M input tokens, USD per 1M output tokens)
@@ -73,6 +74,8 @@ class BackendDown(LLMError):
     "Too many consecutive failed calls: the backend fails fast."
 class MalformedReply(LLMError):
     "The provider answered, but not with a usable reply (retried)."
+class PreflightError(LLMError):
+    "The backend cannot work: key not set, server unreachable or refusing (one line: provider, model, base_url, cause)."
 
 def retry_after(exc: BaseException) -> Optional[float]:
     "Seconds the server asked us to wait (retry-after-ms or Retry-After), if any."
@@ -86,6 +89,54 @@ def retry_after(exc: BaseException) -> Optional[float]:
         except ValueError:
             d = email.utils.parsedate_to_datetime(ra); return max(0.0, d.timestamp() - time.time())
     except (TypeError, ValueError): return None
+
+# %% ../nbs/03b_llm.ipynb #5b51ff40
+def _chain(exc: Optional[BaseException]) -> list:
+    "`exc` and the exceptions it was raised from (`__cause__`, else `__context__`, or aiohttp's `os_error`), outermost first."
+    out = []
+    while exc is not None and len(out) < 20 and all(exc is not e for e in out):
+        out.append(exc); exc = exc.__cause__ or exc.__context__ or getattr(exc, 'os_error', None)
+    return out
+
+def _where(exc: BaseException, base_url: Optional[str]) -> str:
+    "host:port the failed request went to (its URL, else `base_url`)."
+    url = str(getattr(getattr(exc, 'request', None), 'url', None) or base_url or '')
+    try:
+        u = urllib.parse.urlsplit(url)
+        port = u.port or {'https': 443, 'http': 80}.get(u.scheme)
+    except ValueError: return url or 'the server'
+    return f'{u.hostname}:{port}' if u.hostname else (url or 'the server')
+
+def _status_text(exc: BaseException) -> str:
+    "The server's own message in an HTTP error body, else the exception's text without the SDK's prefix."
+    body = getattr(exc, 'body', None)
+    if isinstance(body, dict):
+        err = body.get('error')
+        m = err.get('message') if isinstance(err, dict) else err if isinstance(err, str) else body.get('message')
+        if isinstance(m, str) and m: return m
+    return re.sub(r'^Error code: \d+ - ', '', str(exc))
+
+def describe_error(exc: BaseException, # the exception of a failed request
+                   base_url: Optional[str]=None, # where it went, for host:port when the exception has no URL
+                   timeout: Optional[float]=None, # the request's timeout, for 'timed out after N s'
+                   bare: bool=False # without the leading exception type
+                  ) -> str:
+    "One redacted line saying what went wrong: connection refused / reset (host:port), DNS, timeout, HTTP status, else the text."
+    chain = _chain(exc)
+    def first(test): return next((e for e in chain if test(e)), None)
+    if (e := first(lambda e: isinstance(e, ConnectionRefusedError) or getattr(e, 'errno', None) == errno.ECONNREFUSED)):
+        what, name = f'connection refused by {_where(exc, base_url)}', 'ConnectionRefusedError'
+    elif (e := first(lambda e: isinstance(e, socket.gaierror))):
+        what, name = f'cannot resolve host {_where(exc, base_url).rsplit(":", 1)[0]} ({e})', type(e).__name__
+    elif isinstance(getattr(exc, 'status_code', None), int):
+        what, name = f'HTTP {exc.status_code}: {_status_text(exc)}', type(exc).__name__
+    elif (e := first(lambda e: isinstance(e, TimeoutError) or 'Timeout' in type(e).__name__)):
+        what, name = 'timed out' + (f' after {timeout:g} s' if timeout else ''), type(exc).__name__
+    elif (e := first(lambda e: isinstance(e, (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)))):
+        what, name = f'connection reset by {_where(exc, base_url)}', type(e).__name__
+    else: what, name = str(exc) or repr(exc), type(exc).__name__
+    line = ' '.join(redact(what if bare else f'{name}: {what}').split())
+    return line if len(line) <= 600 else line[:597] + '...'
 
 # %% ../nbs/03b_llm.ipynb #cbf1d96b
 _LOOP: dict = {}                                 # 'loop', 'thread' of this process
@@ -136,6 +187,21 @@ def project_cache_path() -> Path:
     from memlab.runner import project_root
     return project_root() / '.memlab-cache' / 'responses.sqlite'
 
+class _RetryBudget(tenacity.stop.stop_base):
+    "tenacity stop condition: the next wait would end past `budget_s` after the first attempt, or the server asks to wait past it."
+    def __init__(self, budget_s: float): self.budget_s, self.t0, self.attempts, self.told, self.spent = budget_s, None, 0, None, False
+    def attempt(self):
+        "Called as each attempt starts (after any wait for a concurrency slot, which the budget does not count)."
+        self.attempts += 1
+        if self.t0 is None: self.t0 = time.monotonic()
+    def elapsed(self) -> float: return 0.0 if self.t0 is None else time.monotonic() - self.t0
+    def __call__(self, rs: tenacity.RetryCallState) -> bool:
+        exc = rs.outcome.exception() if rs.outcome else None
+        ra, left = (retry_after(exc) if exc else None), self.budget_s - self.elapsed()
+        if ra is not None and ra > left: self.told = (ra, left); return True
+        self.spent = (rs.upcoming_sleep or 0) >= left
+        return self.spent
+
 class ChatBackend:
     "Shared machinery of model backends: cache, retries, failure cap, concurrency, usage."
     provider = ''
@@ -147,32 +213,40 @@ class ChatBackend:
                  timeout: float=60.0, # seconds per HTTP request
                  max_attempts: int=6, # attempts per call, first one included
                  backoff: float=0.5, # base of the exponential backoff (seconds)
-                 backoff_max: float=30.0, # longest single wait
+                 backoff_max: float=30.0, # longest wait of our own backoff (a server's Retry-After is honoured within the budget)
+                 retry_budget_s: float=120.0, # seconds a call may spend retrying, waits included; a longer Retry-After fails at once
                  concurrency: int=8, # calls in flight at most
                  max_consecutive_failures: int=20, # then fail fast with BackendDown
                  cache: Any=None, # ResponseCache, a path, None (project default) or False (off)
+                 cache_max_reply_bytes: Optional[int]=None, # larger replies are not cached; None: the cache's default (1 MiB)
                  local: Optional[bool]=None, # served locally (cost 0); default: True when base_url is set
                  transport: str='aiohttp' # 'aiohttp': the SDK's async client on the background loop; 'httpx': its sync client
                 ):
         if transport not in ('aiohttp', 'httpx'): raise ValueError(f"transport {transport!r}: use 'aiohttp' or 'httpx'")
         self.model, self.base_url = model, base_url
         self.api_key_env = api_key_env or self.default_key_env
+        register_secret_env(self.api_key_env)          # its value is redacted from every message memlab writes
         self.params = dict(params or {})
         self.timeout, self.max_attempts, self.backoff, self.backoff_max = timeout, max_attempts, backoff, backoff_max
+        self.retry_budget_s = float(retry_budget_s)
         self.concurrency, self.max_consecutive_failures = concurrency, max_consecutive_failures
         self.local = bool(base_url) if local is None else local
         self.transport = transport
+        cap = {} if cache_max_reply_bytes is None else {'max_reply_bytes': cache_max_reply_bytes}
         self.cache = (None if cache is False else cache if isinstance(cache, ResponseCache) else
-                      ResponseCache(cache or project_cache_path()))
+                      ResponseCache(cache or project_cache_path(), set_aside_damaged=True, **cap))
+        if cap and isinstance(cache, ResponseCache): cache.max_reply_bytes = cache_max_reply_bytes
         self._sem = threading.BoundedSemaphore(concurrency); self._asem = None   # threads; coroutines (`achat`)
         self._lock = threading.Lock(); self._client = None
         self.consecutive_failures = 0; self.n_http_calls = 0; self.n_retries = 0
 
     def info(self) -> dict:
-        "What the manifest records: no key, only the name of its variable."
+        "What the manifest records: no key, only the name of its variable; the limits that bound a call."
         return dict(provider=self.provider, model=self.model, base_url=self.base_url, api_key_env=self.api_key_env,
                     params=self.params, local=self.local, timeout=self.timeout, max_attempts=self.max_attempts,
-                    concurrency=self.concurrency, transport=self.transport)
+                    backoff=self.backoff, backoff_max=self.backoff_max, retry_budget_s=self.retry_budget_s,
+                    max_consecutive_failures=self.max_consecutive_failures, concurrency=self.concurrency,
+                    transport=self.transport, cache_max_reply_bytes=self.cache.max_reply_bytes if self.cache else None)
 
     def api_key(self) -> str:
         "The key from the environment (placeholder for local servers)."
@@ -192,48 +266,86 @@ class ChatBackend:
                     tool_choice=tool_choice if tools else None, params={**self.params, **params}, sample=sample)
 
     def _wait(self, rs: tenacity.RetryCallState) -> float:
+        "The server's Retry-After if it sent one (the budget stops the call if it is too long), else jittered backoff."
         exc = rs.outcome.exception() if rs.outcome else None
         ra = retry_after(exc) if exc else None
-        if ra is not None: return min(ra, self.backoff_max)
+        if ra is not None: return ra
         return random.uniform(0, min(self.backoff_max, self.backoff * 2 ** (rs.attempt_number - 1)))  # full jitter
 
-    def _retry_policy(self) -> dict:
-        "tenacity's arguments, shared by the sync and the async call."
+    def _check_down(self):
         if self.consecutive_failures >= self.max_consecutive_failures:
             raise BackendDown(f'{self.provider}:{self.model}: {self.consecutive_failures} consecutive calls failed; not calling again')
-        def count_retry(rs): self.n_retries += 1
-        return dict(stop=tenacity.stop_after_attempt(self.max_attempts), wait=self._wait, reraise=True,
-                    retry=tenacity.retry_if_exception(self._retryable), before_sleep=count_retry)
 
-    def _outcome(self, e: Optional[Exception]) -> Optional[LLMError]:
-        "Update the consecutive-failure count; the LLMError to raise for a failed call."
+    def _retry_policy(self) -> tuple[dict, _RetryBudget]:
+        "tenacity's arguments, shared by the sync and the async call, and the call's budget (also its attempt counter)."
+        self._check_down()
+        budget = _RetryBudget(self.retry_budget_s)
+        def count_retry(rs): self.n_retries += 1
+        return dict(stop=tenacity.stop_after_attempt(self.max_attempts) | budget, wait=self._wait, reraise=True,
+                    retry=tenacity.retry_if_exception(self._retryable), before_sleep=count_retry), budget
+
+    def _outcome(self, e: Optional[Exception]):
+        "Update the consecutive-failure count."
         with self._lock: self.consecutive_failures = 0 if e is None else self.consecutive_failures + 1
-        if e is not None: return LLMError(f'{self.provider}:{self.model}: call failed ({type(e).__name__}: {e})')
+
+    def _failure(self, e: Exception, budget: _RetryBudget) -> LLMError:
+        "Count a failed call; its LLMError: the cause, attempts and time spent, and why retrying stopped (redacted, one line)."
+        self._outcome(e)
+        n = budget.attempts
+        msg = (f'{self.provider}:{self.model}: call failed ({describe_error(e, self.base_url, self.timeout)}) '
+               f"after {n} attempt{'s' if n != 1 else ''} in {budget.elapsed():.1f} s")
+        if budget.told: msg += (f'; the server asked to wait {budget.told[0]:g} s (Retry-After), more than the '
+                                f'{max(budget.told[1], 0):.0f} s left of the retry budget of {self.retry_budget_s:g} s')
+        elif budget.spent: msg += f'; retry budget of {self.retry_budget_s:g} s used up'
+        return LLMError(redact(msg))
 
     def _call(self, req: dict) -> ChatResponse:
         "One call with retries; raises LLMError (or BackendDown) when it cannot succeed."
+        policy, budget = self._retry_policy()
         def once():
             with self._sem:
+                self._check_down(); budget.attempt()    # the cap may have been reached while this call waited
                 self.n_http_calls += 1
                 return self._send(req)
-        try: r = tenacity.Retrying(**self._retry_policy())(once)
+        try: r = tenacity.Retrying(**policy)(once)
         except BackendDown: raise
-        except Exception as e: raise self._outcome(e) from e
+        except Exception as e: raise self._failure(e, budget) from e
         self._outcome(None)
         return r
 
     async def _acall(self, req: dict) -> ChatResponse:
         "`_call` as a coroutine on the background loop."
         if self._asem is None: self._asem = asyncio.Semaphore(self.concurrency)
+        policy, budget = self._retry_policy()
         async def once():
             async with self._asem:
+                self._check_down(); budget.attempt()
                 self.n_http_calls += 1
                 return await self._asend(req)
-        try: r = await tenacity.AsyncRetrying(**self._retry_policy())(once)
+        try: r = await tenacity.AsyncRetrying(**policy)(once)
         except BackendDown: raise
-        except Exception as e: raise self._outcome(e) from e
+        except Exception as e: raise self._failure(e, budget) from e
         self._outcome(None)
         return r
+
+    def preflight(self, timeout: Optional[float]=None # seconds for the one request; default min(self.timeout, 20)
+                 ) -> dict:
+        "Cheap checks before a grid: the key is set, the server answers one tiny uncached request (no retries); else `PreflightError`."
+        where = f"{self.provider} model {self.model} at {self.base_url or 'the provider URL'}"
+        if not os.environ.get(self.api_key_env) and not self.base_url:
+            raise PreflightError(f'{where}: the environment variable {self.api_key_env} is not set (keys are read from the environment only)')
+        t = min(self.timeout, 20.0) if timeout is None else float(timeout)
+        t0 = time.perf_counter()
+        try: self._probe(self.request([{'role': 'user', 'content': 'Reply with OK.'}], max_tokens=1), t)
+        except Exception as e: raise PreflightError(' '.join(f'{where}: {describe_error(e, self.base_url, t, bare=True)}'.split())) from e
+        return dict(provider=self.provider, model=self.model, base_url=self.base_url, latency_s=round(time.perf_counter() - t0, 3))
+
+    def _probe(self, req: dict, timeout: float):
+        "One HTTP request within `timeout` seconds: no retries, no cache, not counted as a failed call."
+        self.n_http_calls += 1
+        if type(self)._send is not ChatBackend._send: return self._send(req)     # a backend with its own transport
+        r = self._post(req)(self.client().with_options(timeout=timeout))
+        return run_async(asyncio.wait_for(r, timeout)) if inspect.isawaitable(r) else r
 
     def chat(self, messages: list, # OpenAI-style messages (system/user/assistant/tool)
              tools: Optional[list]=None, # OpenAI-style tool schemas
@@ -349,7 +461,7 @@ class OpenAIBackend(ChatBackend):
         for tc in (m.get('tool_calls') or []):
             fn = tc.get('function') or {}
             try: args = json.loads(fn.get('arguments') or '{}')
-            except json.JSONDecodeError as e: raise MalformedReply(f"tool arguments are not JSON: {fn.get('arguments')!r}") from e
+            except json.JSONDecodeError as e: raise MalformedReply(redact(f"tool arguments are not JSON: {fn.get('arguments')!r}")) from e
             calls.append(ToolCall(tc.get('id', ''), fn.get('name', ''), args))
         if m.get('content') is None and not calls: raise MalformedReply('reply with neither content nor tool calls')
         u = d.get('usage') or {}

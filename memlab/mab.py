@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Union
 import pandas as pd
 import memlab
-from .core import Turn, Session, Query, Instance, RecordError, read_json_records, stable_hash
+from .core import Turn, Session, Query, Instance, RecordError, read_json_records, stable_hash, check_regular_file, max_file_bytes
 from .data import LOADERS, KNOWN_SHA256, Fields, file_sha256, verify_sha256
 from .memory import Memory, make_memory
 
@@ -257,8 +257,8 @@ class RowFields(Fields):
 
 def read_mab_rows(path: str|Path # a parquet file, or a JSON array / JSONL of rows
                  ) -> list[dict]:
-    "The raw rows of a MemoryAgentBench file (parquet via pyarrow, else JSON/JSONL)."
-    path = Path(path)
+    "The raw rows of a MemoryAgentBench file (parquet via pyarrow, else JSON/JSONL); a regular file within the size bound."
+    path = Path(path); check_regular_file(path, max_file_bytes())   # a FIFO would block; parquet is read whole
     try:
         with open(path, 'rb') as fh: head = fh.read(4)
     except OSError as e: raise RecordError(f'{path}: cannot read: {e.strerror or e}') from None

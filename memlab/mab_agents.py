@@ -8,7 +8,7 @@ import json, re
 from typing import Optional
 from .core import QueryView, Step, Evidence, Instance, Session, Turn
 from .agent import Policy, POLICIES, Search, Answer
-from .reader import OfflineReader, read_question
+from .reader import OfflineReader, read_question, TierName
 from .llm import LLMPolicy, SEARCH_TOOL
 from .judge import Judge, JUDGES, register_judge, make_judge
 from .mab import family_of, rows_to_instances, memorize_message, SOURCE_FAMILIES
@@ -78,7 +78,7 @@ def mab_prompt(view: QueryView, # the query as the policy sees it (task, questio
 @POLICIES.register('mab-reader')
 class MABReader(OfflineReader):
     "Offline MemoryAgentBench reader (no LLM): the task's reading rule over the retrieved units."
-    def __init__(self, tier: str='strong'): # 'weak' | 'medium' | 'strong'
+    def __init__(self, tier: TierName='strong'): # 'weak' | 'medium' | 'strong'
         super().__init__(tier); self._name = f'mab-reader-{tier}'
     def harness_query(self, view: QueryView) -> str: return retrieval_query(view.task, view.question)
     def act(self, view: QueryView, steps: list[Step], can_search: bool, sample: int=0):

@@ -9,7 +9,7 @@ from functools import lru_cache
 from typing import Literal, Optional
 import numpy as np
 from nltk.stem import PorterStemmer
-from .core import Session, Evidence, Registry, count_tokens
+from .core import Session, Evidence, Registry, count_tokens, PosInt, NonNegInt, NonNegFloat, UnitFloat
 
 # %% auto #0
 __all__ = ['FAMILIES', 'MEMORIES', 'STOPWORDS', 'Memory', 'chronological', 'make_memory', 'check_parity', 'chunk_session',
@@ -23,7 +23,7 @@ class Memory:
     "Base class of the memory contract; subclasses register with `@MEMORIES.register(name)`."
     family: str = 'flat'
     single_pass: bool = True     # the agent-visible interface answers after one retrieval
-    def __init__(self, k: Optional[int]=12): self.k = k  # model-visible evidence units per call
+    def __init__(self, k: Optional[PosInt]=12): self.k = k  # model-visible evidence units per call
     def add(self, session: Session) -> None: raise NotImplementedError
     def search(self, query: str, k: Optional[int]=None) -> list[Evidence]: raise NotImplementedError
     def reset(self) -> None: raise NotImplementedError
@@ -42,13 +42,13 @@ class Memory:
 _ID, _DATE = operator.attrgetter('id'), operator.attrgetter('date')
 
 def chronological(sessions) -> list[Session]:
-    "`sessions` as a list; raises if a dated session is older than the previous dated one."
+    "`sessions` as a list; raises if a dated session is older than the previous dated one (parsed dates, any known format)."
     sessions = sessions if isinstance(sessions, list) else list(sessions)
-    d = [x for x in map(_DATE, sessions) if x is not None]
+    dated = [s for s in sessions if s.date is not None]
+    d = [s.parsed_date for s in dated]          # an unparseable date is a RecordError naming the session
     if not all(map(operator.le, d, d[1:])):
         i = next(i for i in range(1, len(d)) if d[i - 1] > d[i])
-        s = [s for s in sessions if s.date is not None][i]
-        raise ValueError(f'session {s.id!r} ({d[i]}) is older than the previous one ({d[i - 1]}): ingest chronologically')
+        raise ValueError(f'session {dated[i].id!r} ({dated[i].date}) is older than the previous one ({dated[i - 1].date}): ingest chronologically')
     return sessions
 
 def make_memory(name: str, **kw) -> Memory:
@@ -93,8 +93,8 @@ def terms(text: str) -> list[str]:
 class LongContextMemory(Memory):
     "FIFO window of the most recent sessions' chunks, up to `window_tokens`."
     family, single_pass = 'long-context', True
-    def __init__(self, window_tokens: int=8192, # tokens kept; oldest chunks are evicted first
-                 chunk_tokens: int=512 # eviction granularity
+    def __init__(self, window_tokens: PosInt=8192, # tokens kept; oldest chunks are evicted first
+                 chunk_tokens: PosInt=512 # eviction granularity
                 ):
         super().__init__(k=1); self.window_tokens, self.chunk_tokens = window_tokens, chunk_tokens; self.reset()
     def params(self): return dict(window_tokens=self.window_tokens, chunk_tokens=self.chunk_tokens)
@@ -129,8 +129,8 @@ def _index():
 class FlatMemory(Memory):
     "Base of flat single-pass memories: session chunks from the shared store, the top `k` by score."
     family, single_pass = 'flat', True
-    def __init__(self, k: int=12, # returned units per call
-                 chunk_tokens: int=128 # chunk size
+    def __init__(self, k: PosInt=12, # returned units per call
+                 chunk_tokens: PosInt=128 # chunk size
                 ):
         super().__init__(k=k); self.chunk_tokens = chunk_tokens; self.reset()
     def params(self): return dict(chunk_tokens=self.chunk_tokens)
@@ -176,9 +176,9 @@ class FlatMemory(Memory):
 @MEMORIES.register('bm25')
 class BM25Memory(FlatMemory):
     "Flat single-pass BM25 top-k over session chunks (scores identical to `rank_bm25.BM25Okapi`)."
-    def __init__(self, k: int=12, # returned units per call
-                 chunk_tokens: int=128, # chunk size
-                 k1: float=1.5, b: float=0.75 # BM25 parameters
+    def __init__(self, k: PosInt=12, # returned units per call
+                 chunk_tokens: PosInt=128, # chunk size
+                 k1: NonNegFloat=1.5, b: UnitFloat=0.75 # BM25 parameters
                 ):
         self.k1, self.b = k1, b; super().__init__(k=k, chunk_tokens=chunk_tokens)
     def params(self): return dict(chunk_tokens=self.chunk_tokens, k1=self.k1, b=self.b)
@@ -190,8 +190,8 @@ class BM25Memory(FlatMemory):
 @MEMORIES.register('dense')
 class DenseMemory(FlatMemory):
     "Flat single-pass cosine top-k over chunk embeddings (default all-MiniLM-L6-v2, the `dense` extra)."
-    def __init__(self, k: int=12, # returned units per call
-                 chunk_tokens: int=128, # chunk size
+    def __init__(self, k: PosInt=12, # returned units per call
+                 chunk_tokens: PosInt=128, # chunk size
                  embedder: str|dict='all-MiniLM-L6-v2' # a registered embedder name or {'name': ..., **params}
                 ):
         super().__init__(k=k, chunk_tokens=chunk_tokens)
@@ -205,11 +205,11 @@ class DenseMemory(FlatMemory):
 @MEMORIES.register('hybrid')
 class HybridMemory(DenseMemory):
     "Flat single-pass reciprocal rank fusion of the BM25 and dense rankings of the same chunks."
-    def __init__(self, k: int=12, # returned units per call
-                 chunk_tokens: int=128, # chunk size
+    def __init__(self, k: PosInt=12, # returned units per call
+                 chunk_tokens: PosInt=128, # chunk size
                  embedder: str|dict='all-MiniLM-L6-v2', # a registered embedder name or {'name': ..., **params}
-                 k1: float=1.5, b: float=0.75, # BM25 parameters
-                 rrf_c: int=60 # reciprocal-rank-fusion constant
+                 k1: NonNegFloat=1.5, b: UnitFloat=0.75, # BM25 parameters
+                 rrf_c: NonNegInt=60 # reciprocal-rank-fusion constant
                 ):
         self.k1, self.b, self.rrf_c = k1, b, rrf_c; super().__init__(k=k, chunk_tokens=chunk_tokens, embedder=embedder)
     def params(self): return dict(super().params(), k1=self.k1, b=self.b, rrf_c=self.rrf_c)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib.util, inspect, json, os, re
 from pathlib import Path
 from typing import Optional
-from .core import Session, Evidence
+from .core import Session, Evidence, PosInt, NonNegFloat, UnitFloat
 from .memory import Memory, MEMORIES, terms
 from .index import BM25Index, LRUCache, session_key, term_block, top_k
 
@@ -42,10 +42,10 @@ def session_items(session: Session, # the session to extract from
 class ItemMemory(Memory):
     "Mem0-style planar memory: deduplicated sentence items, BM25 top-k per call, searched repeatedly by the agent."
     family, single_pass = 'planar', False
-    def __init__(self, k: int=12, # returned items per call
+    def __init__(self, k: PosInt=12, # returned items per call
                  roles: tuple=('user',), # speakers whose sentences become items
                  dedup: bool=True, # merge items with the same content-term set
-                 k1: float=1.5, b: float=0.75 # BM25 parameters
+                 k1: NonNegFloat=1.5, b: UnitFloat=0.75 # BM25 parameters
                 ):
         super().__init__(k=k); self.roles, self.dedup, self.k1, self.b = tuple(roles), dedup, k1, b; self.reset()
     def params(self): return dict(roles=list(self.roles), dedup=self.dedup, k1=self.k1, b=self.b)
@@ -86,7 +86,7 @@ def _mem0_config(config, env='MEMLAB_MEM0_CONFIG'):
 class Mem0Memory(Memory):
     "Adapter for the installed `mem0ai` package (planar, agent-controlled repeated search)."
     family, single_pass = 'planar', False
-    def __init__(self, k: int=12, # returned memories per call (at most)
+    def __init__(self, k: PosInt=12, # returned memories per call (at most)
                  config: Optional[dict]=None, # mem0 `Memory.from_config` dict; default: the file named by MEMLAB_MEM0_CONFIG
                  infer: bool=True, # let Mem0's LLM extract and update facts (False stores raw messages)
                  user_id: str='memlab' # Mem0 scope of this memory; reset() deletes everything stored under it

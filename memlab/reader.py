@@ -7,14 +7,14 @@ from __future__ import annotations
 import math, re, datetime as dt
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Optional
-from .core import QueryView, Step, Evidence, OFFLINE_LABEL
+from typing import Literal, Optional
+from .core import QueryView, Step, Evidence, OFFLINE_LABEL, RecordError, parse_date, date_key
 from .memory import terms, STOPWORDS
 from .agent import Policy, POLICIES, Search, Answer
 
 # %% auto #0
-__all__ = ['TIERS', 'ABSTAIN', 'TYPE_NOUNS', 'Tier', 'QuestionInfo', 'read_question', 'Sentence', 'read_units', 'first_person',
-           'day_of', 'candidate', 'Belief', 'weigh', 'believe', 'reformulate', 'OfflineReader']
+__all__ = ['TierName', 'TIERS', 'ABSTAIN', 'TYPE_NOUNS', 'Tier', 'QuestionInfo', 'read_question', 'Sentence', 'read_units',
+           'first_person', 'day_of', 'candidate', 'Belief', 'weigh', 'believe', 'reformulate', 'OfflineReader']
 
 # %% ../nbs/04_reader.ipynb #bd24533a
 @dataclass(frozen=True)
@@ -29,6 +29,8 @@ class Tier:
     first_person: bool    # prefers the user's own first-person statements
     prefer_latest: bool   # resolves conflicting values by the latest date
     stagnation_stop: bool # stops searching when a search brings no new evidence
+
+TierName = Literal['weak', 'medium', 'strong']   # the tiers a config may name
 
 TIERS = {
     'weak':   Tier('weak',   read_k=3,  stop=0.95, answer_min=0.45, patience=6, reformulate='drop-word',
@@ -108,7 +110,8 @@ def first_person(s: Sentence) -> bool:
 def day_of(date: Optional[str], text: str) -> Optional[str]:
     "The day a dated statement refers to (today / yesterday relative to its session date)."
     if not date: return None
-    d = dt.datetime.strptime(date[:10], '%Y/%m/%d')
+    try: d = parse_date(date)                              # any known format (LongMemEval, LoCoMo, ISO 8601)
+    except RecordError: d = dt.datetime.strptime(date[:10], '%Y/%m/%d')
     if re.search(r'\byesterday\b', text, re.I): d -= dt.timedelta(days=1)
     return d.strftime('%Y/%m/%d')
 
@@ -160,7 +163,7 @@ def believe(qi: QuestionInfo, # the question's reading
     if not scored: return Belief(None, 0.0, list(qi.content))
     top = max(c for c, _ in scored)
     near = [(c, s) for c, s in scored if c >= top - 0.05]
-    if tier.prefer_latest: near.sort(key=lambda cs: (cs[1].date or '', cs[0], -cs[1].order), reverse=True)
+    if tier.prefer_latest: near.sort(key=lambda cs: (date_key(cs[1].date), cs[0], -cs[1].order), reverse=True)   # parsed dates
     else: near.sort(key=lambda cs: (cs[0], -cs[1].order), reverse=True)
     for c, s in near:
         cand = candidate(s, qi)
@@ -187,7 +190,7 @@ def reformulate(question: str, qi: QuestionInfo, belief: Belief, n: int, tier: T
 class OfflineReader(Policy):
     "Deterministic non-LLM reader policy with capability tiers."
     label = OFFLINE_LABEL
-    def __init__(self, tier: str='medium'): # 'weak' | 'medium' | 'strong'
+    def __init__(self, tier: TierName='medium'): # 'weak' | 'medium' | 'strong'
         if tier not in TIERS: raise KeyError(f'unknown reader tier {tier!r}; tiers: {sorted(TIERS)}')
         self.tier = TIERS[tier]; self._name = f'reader-{tier}'
     def info(self): return dict(super().info(), tier=self.tier.name, **{k: v for k, v in self.tier.__dict__.items() if k != 'name'})

@@ -4,16 +4,19 @@
 
 # %% ../nbs/07_runner.ipynb #91e42ab2
 from __future__ import annotations
-import json, os, platform, subprocess, sys, time, uuid
+import json, os, platform, re, signal, subprocess, sys, threading, time, uuid, warnings
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 import pandas as pd
 import yaml
 from tqdm.auto import tqdm
-from pydantic import Field
+from pydantic import ConfigDict, Field, field_validator
+from .redact import redact, redact_obj
 import memlab
-from .core import Record, Registry, Instance, Session, Query, Rollout, Score, stable_hash, canonical_json, count_tokens, TOKENIZER, validate_record, RecordError
+from .core import (Record, Registry, Instance, Session, Query, Rollout, Score, stable_hash, canonical_json, count_tokens, TOKENIZER,
+                         validate_record, RecordError, load_yaml, validate_args, validate_params, check_dates, check_histories, PosInt)
 from .memory import make_memory, check_parity, MEMORIES
 from .agent import make_policy, run_loop, POLICIES
 from .judge import make_judge, judge_many, scores_frame, aggregate_runs
@@ -22,31 +25,46 @@ import memlab.planar, memlab.graph  # register the planar and hierarchical memor
 import memlab.mab_agents  # register the MemoryAgentBench policies (mab-reader, mab-llm) and judge (mab-metric)
 
 # %% auto #0
-__all__ = ['DATASETS', 'PACKAGES', 'RunConfig', 'validate_config', 'spec_name', 'project_root', 'output_dirs', 'ResultsStore',
+__all__ = ['SAFE_NAME', 'DATASETS', 'HISTORIES', 'DATASET_OPTIONS', 'ROLLOUT_KEY', 'SCORE_KEY', 'PACKAGES', 'PASS_KEY',
+           'RunConfig', 'default_history', 'validate_config', 'check_dataset_spec', 'spec_name', 'project_root',
+           'output_dirs', 'StoreError', 'StoreWarning', 'lock_holder', 'writer_lock', 'ResultsStore', 'check_store',
            'git_commit', 'package_versions', 'dataset_hash', 'file_sha256', 'make_manifest', 'chunking_info',
-           'check_instances', 'load_dataset', 'default_history', 'rollout_id', 'shared_policy', 'run_unit',
-           'plan_units', 'run', 'estimate', 'build_judge', 'score', 'results_frame']
+           'check_instances', 'load_dataset', 'make_history', 'rollout_id', 'shared_policy', 'run_unit', 'plan_units',
+           'deferred_signals', 'preflight', 'run', 'error_summary', 'estimate', 'build_judge', 'judge_passes', 'score',
+           'results_frame']
 
 # %% ../nbs/07_runner.ipynb #eca9aed1
+SAFE_NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9._-]{0,127}')   # run and section names become folder names
+
 class RunConfig(Record):
     "Everything that determines a run's rollouts; its hash is part of every rollout id."
-    name: str                                           # the run's folder name
-    section: str = 'walkthrough'                        # the paper section it belongs to
+    model_config = ConfigDict(extra='forbid', validate_assignment=True, strict=True)   # '12' is not an int
+    name: str                                           # the run's folder name: one safe path component
+    section: str = 'walkthrough'                        # the paper section it belongs to (a folder name too)
     dataset: dict[str, Any] = Field(default_factory=dict)  # how the instances were made or loaded
-    policies: list[dict[str, Any]]                      # e.g. {'name': 'offline-reader', 'tier': 'strong'}
-    memories: list[dict[str, Any]]                      # e.g. {'name': 'bm25', 'k': 12}
-    conditions: list[dict[str, Any]] = Field(default_factory=lambda: [{}])
-    samples: int = 1                                    # rollouts per cell (repeated sampling)
-    max_steps: int = 10                                 # safety cap on memory calls (budgets are post hoc)
+    policies: list[dict[str, Any]] = Field(min_length=1)  # e.g. {'name': 'offline-reader', 'tier': 'strong'}
+    memories: list[dict[str, Any]] = Field(min_length=1)  # e.g. {'name': 'bm25', 'k': 12}
+    conditions: list[dict[str, Any]] = Field(default_factory=lambda: [{}], min_length=1)
+    samples: int = Field(1, ge=1, le=10_000)            # rollouts per cell (repeated sampling)
+    max_steps: int = Field(10, ge=1, le=10_000)         # safety cap on memory calls (budgets are post hoc)
     judge: dict[str, Any] = Field(default_factory=lambda: {'name': 'offline-match'})
-    judge_runs: int = 1
+    judge_runs: int = Field(1, ge=1, le=100)
     checkpoint_memories: bool = False                   # save each built memory under <store>/memories (MemoryAgentBench)
     seed: int = 0
+    history: dict[str, Any] = Field(default_factory=lambda: {'name': 'default'})  # how a condition's sessions are made (`HISTORIES`)
+
+    @field_validator('name', 'section')
+    @classmethod
+    def _path_component(cls, v: str) -> str:
+        if not SAFE_NAME.fullmatch(v): raise ValueError(f"{v!r} is not a safe folder name: use 1-128 letters, digits, '.', '_' "
+                                                        "or '-', starting with a letter or digit (no '/', no '..')")
+        return v
 
     @property
     def config_hash(self) -> str:
         "Hash of what determines generation (the run name and the judge are excluded)."
-        return stable_hash(self.model_dump(exclude={'name', 'judge', 'judge_runs', 'checkpoint_memories'}))
+        ex = {'name', 'judge', 'judge_runs', 'checkpoint_memories'} | ({'history'} if self.history == {'name': 'default'} else set())
+        return stable_hash(self.model_dump(exclude=ex))
 
     @classmethod
     def load(cls, src: 'str|Path|dict|Record') -> 'RunConfig':
@@ -54,26 +72,28 @@ class RunConfig(Record):
         if isinstance(src, Record): src = src.model_dump(mode='json')
         if isinstance(src, dict): return validate_config(validate_record(cls, src, '<config>'), '<config>')
         p = Path(src)
-        try: data = yaml.safe_load(p.read_text())
-        except OSError as e: raise RecordError(f'{p}: cannot read the config: {e.strerror or e}') from None
-        except yaml.YAMLError as e:
-            mark = getattr(e, 'problem_mark', None)
-            where = f' at line {mark.line + 1} column {mark.column + 1}' if mark else ''
-            raise RecordError(f'{p}: not valid YAML{where}: {getattr(e, "problem", None) or e}') from None
+        data = load_yaml(p)                     # strict: no repeated keys, no aliases, regular files only
         return validate_config(validate_record(cls, data, str(p)), str(p))
 
 DATASETS = Registry('dataset')   # loaders by kind; `synthetic` and `instances` are registered below
+HISTORIES = Registry('history')  # builders of `history(instance, condition)` callables from a config's `history` spec
 
-def _check_spec(registry, spec, where: str, source: str):
-    "A spec names a registered implementation and only arguments it accepts."
-    import inspect
+def default_history(instance: Instance, condition: dict) -> list[Session]:
+    "The instance's own sessions, whatever the condition."
+    return instance.sessions
+
+@HISTORIES.register('default')
+def _default_history(instances: Optional[list]=None) -> Callable:
+    return default_history
+
+def _check_spec(registry, spec, where: str, source: str,
+                partial: bool=False # arguments the runner supplies (a judge's `complete`) may be missing
+               ) -> dict:
+    "A spec names a registered implementation and only arguments it accepts, of the annotated types and ranges."
     if not isinstance(spec, dict) or 'name' not in spec: raise RecordError(f"{source}: field '{where}': expected a mapping with a 'name'")
-    impl = registry.get(spec['name'])
+    impl = registry.get(spec['name']) if isinstance(spec['name'], str) else None
     if impl is None: raise RecordError(f"{source}: field '{where}.name': unknown {registry.kind} {spec['name']!r}; registered: {sorted(registry)}")
-    params = inspect.signature(impl).parameters
-    if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
-        extra = sorted(set(spec) - {'name'} - set(params))
-        if extra: raise RecordError(f"{source}: field '{where}': {registry.kind} {spec['name']!r} takes no argument {extra}; it takes {sorted(params)}")
+    return validate_args(impl, spec, where, source, partial=partial)
 
 def validate_config(cfg: 'RunConfig', source: str='<config>') -> 'RunConfig':
     "Check every policy, memory, backend, judge and dataset name against the registries; errors name file and field."
@@ -84,12 +104,28 @@ def validate_config(cfg: 'RunConfig', source: str='<config>') -> 'RunConfig':
         if isinstance(p.get('backend'), dict): _check_spec(BACKENDS, p['backend'], f'policies.{i}.backend', source)
     for i, m in enumerate(cfg.memories): _check_spec(MEMORIES, m, f'memories.{i}', source)
     j = {k: v for k, v in cfg.judge.items() if k != 'backend'}
-    _check_spec(JUDGES, {**j, **({'complete': None} if 'backend' in cfg.judge else {})}, 'judge', source)
+    _check_spec(JUDGES, j, 'judge', source, partial='backend' in cfg.judge)
     if isinstance(cfg.judge.get('backend'), dict): _check_spec(BACKENDS, cfg.judge['backend'], 'judge.backend', source)
-    kind = cfg.dataset.get('kind')
-    if kind is not None and kind not in DATASETS:
-        raise RecordError(f"{source}: field 'dataset.kind': unknown dataset kind {kind!r}; registered: {sorted(DATASETS)}")
+    _check_spec(HISTORIES, cfg.history, 'history', source)
+    if 'kind' in cfg.dataset: check_dataset_spec(cfg.dataset, source)   # without a kind it only labels given instances
     return cfg
+
+DATASET_OPTIONS = ('name', 'split_queries', 'limit')   # dataset spec keys `load_dataset` handles for every kind
+
+def check_dataset_spec(spec: dict, source: str='<config>') -> dict:
+    "A dataset spec names a registered kind and only arguments its loader takes (loaders validate their own `params`)."
+    kind = spec.get('kind')
+    if kind is None: raise RecordError(f"{source}: field 'dataset.kind' is missing (e.g. 'synthetic' or 'instances')")
+    if not isinstance(kind, str) or kind not in DATASETS:
+        raise RecordError(f"{source}: field 'dataset.kind': unknown dataset kind {kind!r}; registered: {sorted(DATASETS)}")
+    args = {k: v for k, v in spec.items() if k not in ('kind', *DATASET_OPTIONS)}
+    validate_params(DATASETS[kind], args, 'dataset', source)
+    if 'split_queries' in spec and not isinstance(spec['split_queries'], bool):
+        raise RecordError(f"{source}: field 'dataset.split_queries': expected true or false, got {spec['split_queries']!r}")
+    lim = spec.get('limit')
+    if lim is not None and (not isinstance(lim, int) or isinstance(lim, bool) or lim < 1):
+        raise RecordError(f"{source}: field 'dataset.limit': expected an integer >= 1, got {lim!r}")
+    return spec
 
 def spec_name(spec: dict) -> str:
     "Readable id of a policy or memory spec: its name plus non-default arguments."
@@ -114,51 +150,226 @@ def output_dirs(section: str, # section name, e.g. 'walkthrough'
     return res, fig
 
 # %% ../nbs/07_runner.ipynb #729354f2
+class StoreError(RuntimeError):
+    "A store cannot be used as asked (another writer holds it, it cannot be written, it is damaged); names the path."
+
+class StoreWarning(UserWarning):
+    "A store held duplicate rows, damaged files or leftovers: they were skipped, and the message says which."
+
+ROLLOUT_KEY = ['rollout_id', 'attempt']                                              # one row per key
+SCORE_KEY = ['rollout_id', 'attempt', 'judge', 'judge_model', 'prompt_hash', 'run']  # one verdict per key
+_TMP_GLOBS = ('rollouts/.part-*.tmp', 'scores/.part-*.tmp', '.manifest*.tmp', 'memories/**/*.tmp')
+
+def _oserror(path: Path, e: OSError, what: str='cannot write') -> StoreError:
+    "A one-line StoreError naming the path and the cause (no space left, read-only file system, ...)."
+    return StoreError(f'{getattr(e, "filename", None) or path}: {what}: {e.strerror or e}')
+
 def _write_parquet_atomic(df: pd.DataFrame, path: Path):
-    tmp = path.with_name(f'.{path.name}.tmp')
-    df.to_parquet(tmp, index=False); os.replace(tmp, path)
+    "Write to a unique temp name, then rename: readers never see a partial shard; a failed write leaves nothing."
+    tmp = path.with_name(f'.{path.name}.{os.getpid()}.tmp')
+    try: df.to_parquet(tmp, index=False); os.replace(tmp, path)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError): raise _oserror(path, e) from None
+        raise
 
-def _read_shards(folder: Path, cols: list[str]) -> pd.DataFrame:
-    files = sorted(folder.glob('part-*.parquet'))
-    if not files: return pd.DataFrame(columns=cols)
-    return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+def _shard_problem(path: Path, required: list[str]) -> tuple[Optional[pd.DataFrame], Optional[str]]:
+    "(frame, None) for a readable memlab shard, else (None, what is wrong with it)."
+    try: d = pd.read_parquet(path)
+    except Exception as e: return None, f'unreadable ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ""})'
+    missing = [c for c in required if c not in d.columns]
+    if missing: return None, f'not a memlab shard (columns {missing} missing)'
+    return d, None
 
+def _py(v):
+    "A parquet cell as a plain Python value: pandas' missing values (NaN, NA, NaT) become None."
+    if isinstance(v, (list, dict, tuple)): return v
+    try: return None if pd.isna(v) else v
+    except (TypeError, ValueError): return v
+
+def _warn(msg: str): warnings.warn(msg, StoreWarning, stacklevel=3)
+
+# %% ../nbs/07_runner.ipynb #435f8d25
+_HELD: dict = {}                          # resolved store root -> [fd, depth]: writer locks this process holds
+_HELD_LOCK = threading.Lock()
+
+def lock_holder(root: str|Path) -> str:
+    "Who holds (or last held) a store's writer lock: PID, host, command and start time, from `<root>/.lock`."
+    try: h = json.loads((Path(root) / '.lock').read_text() or '{}')
+    except (OSError, ValueError): h = {}
+    if not h: return 'an unknown process'
+    return f"pid {h.get('pid')} on {h.get('host')} ({h.get('cmd', '?')}, since {h.get('since', '?')})"
+
+@contextmanager
+def writer_lock(root: str|Path, # the store folder (created if missing)
+                wait: bool=False # wait for another writer to finish instead of failing
+               ):
+    "Hold the store's exclusive writer lock (flock on `<root>/.lock`, released by the kernel if the holder dies)."
+    import fcntl
+    root = Path(root).resolve(); key = str(root)
+    with _HELD_LOCK:
+        if key in _HELD: _HELD[key][1] += 1; held = True
+        else: held = False
+    if held:                                            # re-entrant: `run --score` scores under the run's lock
+        try: yield
+        finally:
+            with _HELD_LOCK: _HELD[key][1] -= 1
+        return
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(root / '.lock', os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e: raise _oserror(root, e, 'cannot lock the store for writing') from None
+    try:
+        try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not wait: raise StoreError(f'{root}: another writer holds this store: {lock_holder(root)}; '
+                                          'wait for it (--wait) or use another store') from None
+            print(f'memlab: waiting for {lock_holder(root)} to release {root}', file=sys.stderr)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        info = dict(pid=os.getpid(), host=platform.node(), cmd=' '.join(Path(sys.argv[0]).name.split() + sys.argv[1:])[:200],
+                    since=time.strftime('%Y-%m-%dT%H:%M:%S%z'))
+        try: os.ftruncate(fd, 0); os.pwrite(fd, json.dumps(info).encode(), 0)
+        except OSError: pass                            # the lock holds; only the holder's description is missing
+        for pat in _TMP_GLOBS:                          # leftovers of killed writers: nobody else can be writing them
+            for f in root.glob(pat): f.unlink(missing_ok=True)
+        with _HELD_LOCK: _HELD[key] = [fd, 0]
+        try: yield
+        finally:
+            with _HELD_LOCK: _HELD.pop(key, None)
+    finally: os.close(fd)                               # closing the descriptor releases the lock
+
+# %% ../nbs/07_runner.ipynb #5e645fb8
 class ResultsStore:
-    "One run's rollouts, scores and manifest under a folder (parquet shards, atomically written)."
+    "One run's rollouts, scores and manifest under a folder: parquet shards written by one writer at a time."
     def __init__(self, root: str|Path): self.root = Path(root)
     @property
     def manifest_path(self) -> Path: return self.root / 'manifest.json'
+    def writing(self, wait: bool=False):
+        "The exclusive writer lock of this store (a context manager; see `writer_lock`)."
+        return writer_lock(self.root, wait)
+
+    def _write(self, kind: str, df: pd.DataFrame):
+        d = self.root / kind
+        try: d.mkdir(parents=True, exist_ok=True)
+        except OSError as e: raise _oserror(d, e) from None
+        _write_parquet_atomic(df, d / f'part-{time.time_ns()}-{uuid.uuid4().hex[:8]}.parquet')
 
     def write_rollouts(self, rollouts: list[Rollout]):
-        "Append a shard of finished rollouts."
-        if not rollouts: return
-        d = self.root / 'rollouts'; d.mkdir(parents=True, exist_ok=True)
-        _write_parquet_atomic(pd.DataFrame([r.to_row() for r in rollouts]), d / f'part-{time.time_ns()}-{uuid.uuid4().hex[:8]}.parquet')
+        "Append a shard of finished rollouts (secrets redacted)."
+        if rollouts: self._write('rollouts', pd.DataFrame([redact_obj(r.to_row()) for r in rollouts]))
 
     def write_scores(self, scores: list[Score]):
-        "Append a shard of judge scores."
-        if not scores: return
-        d = self.root / 'scores'; d.mkdir(parents=True, exist_ok=True)
-        _write_parquet_atomic(scores_frame(scores), d / f'part-{time.time_ns()}-{uuid.uuid4().hex[:8]}.parquet')
+        "Append a shard of judge scores (secrets redacted)."
+        if scores: self._write('scores', pd.DataFrame([redact_obj(s.to_row()) for s in scores], columns=list(Score.model_fields)))
 
-    def rollouts(self) -> pd.DataFrame:
-        "All rollouts as flat rows (nested fields as JSON)."
-        return _read_shards(self.root / 'rollouts', list(Rollout.model_fields))
+    def _read(self, kind: str, cols: list[str], key: list[str]) -> pd.DataFrame:
+        "Every readable shard of `kind`, duplicates of `key` dropped; damaged or foreign shards skipped with a warning."
+        frames, bad = [], []
+        for f in sorted((self.root / kind).glob('part-*.parquet')):
+            d, problem = _shard_problem(f, [c for c in key if c != 'attempt'])
+            if problem: bad.append(f'{f.name}: {problem}')
+            else: frames.append(d)
+        if bad: _warn(f'{self.root / kind}: skipped {len(bad)} damaged or foreign file(s): {"; ".join(bad[:3])}; '
+                      f'`memlab check {self.root} --quarantine` moves them aside')
+        if not frames: return pd.DataFrame(columns=cols)
+        df = pd.concat(frames, ignore_index=True)
+        if 'attempt' not in df: df['attempt'] = 0
+        df['attempt'] = df['attempt'].fillna(0).astype(int)   # shards written before attempts existed
+        dup = df.duplicated(key)
+        if dup.any():
+            _warn(f'{self.root / kind}: {int(dup.sum())} duplicate row(s) (same {", ".join(key)}) counted once '
+                  '(left by writers that did not hold the store lock)')
+            df = df[~dup].reset_index(drop=True)
+        return df
 
-    def scores(self) -> pd.DataFrame:
-        "All judge scores."
-        return _read_shards(self.root / 'scores', list(Score.model_fields))
+    def rollouts(self, history: bool=False # also earlier attempts of re-run rollouts
+                ) -> pd.DataFrame:
+        "Rollouts as flat rows (nested fields as JSON), one per rollout id: its latest attempt."
+        df = self._read('rollouts', list(Rollout.model_fields), ROLLOUT_KEY)
+        if history or not len(df): return df
+        return df.sort_values('attempt', kind='stable').drop_duplicates('rollout_id', keep='last').sort_index().reset_index(drop=True)
 
-    def done_ids(self) -> set[str]:
+    def rollout_records(self) -> list[Rollout]:
+        "The latest attempt of every rollout as a `Rollout` (missing values read back as None)."
+        return [Rollout.from_row({k: _py(v) for k, v in row.items() if k in Rollout.model_fields})
+                for row in self.rollouts().to_dict('records')]
+
+    def scores(self, current: bool=True # only verdicts on the latest attempt of each rollout
+              ) -> pd.DataFrame:
+        "Judge scores, one per (rollout, attempt, judge, judge model, prompt, run)."
+        sc = self._read('scores', list(Score.model_fields), SCORE_KEY)
+        if not current or not len(sc): return sc
+        live = self.rollouts()[ROLLOUT_KEY]
+        return sc.merge(live, on=ROLLOUT_KEY, how='inner')
+
+    def done_ids(self, errors: bool=True # count rollouts whose latest attempt failed as done
+                ) -> set[str]:
         "Ids of the rollouts already stored."
-        df = self.rollouts(); return set(df['rollout_id']) if len(df) else set()
+        df = self.rollouts()
+        if not len(df): return set()
+        return set(df['rollout_id'] if errors else df.loc[df['error'].isna(), 'rollout_id'])
 
     def write_manifest(self, manifest: dict):
-        self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.manifest_path.with_suffix('.tmp'); tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True, default=str))
-        os.replace(tmp, self.manifest_path)
+        "Atomically replace the manifest (unique temp name; secrets redacted)."
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            tmp = self.root / f'.manifest.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp'
+            try: tmp.write_text(json.dumps(redact_obj(manifest), indent=1, sort_keys=True, default=str)); os.replace(tmp, self.manifest_path)
+            finally: tmp.unlink(missing_ok=True)
+        except OSError as e: raise _oserror(self.manifest_path, e) from None
 
-    def manifest(self) -> dict: return json.loads(self.manifest_path.read_text())
+    def manifest(self, missing_ok: bool=False # None instead of an error when there is no manifest
+                ) -> Optional[dict]:
+        "The run manifest; a StoreError naming the file if it is missing or damaged."
+        try: m = json.loads(self.manifest_path.read_text())
+        except FileNotFoundError:
+            if missing_ok: return None
+            raise StoreError(f'{self.manifest_path}: no run manifest: is {self.root} a memlab store?') from None
+        except (OSError, ValueError) as e:
+            raise StoreError(f'{self.manifest_path}: damaged manifest ({type(e).__name__}); `memlab check {self.root} --quarantine` '
+                             'sets it aside and `memlab resume CONFIG` writes a new one') from None
+        if not isinstance(m, dict) or 'config_hash' not in m:
+            raise StoreError(f'{self.manifest_path}: not a memlab run manifest (no config_hash)')
+        return m
+
+# %% ../nbs/07_runner.ipynb #9072ba9f
+def check_store(store: 'ResultsStore|str|Path', # the store to check
+                quarantine: bool=False # move damaged, foreign and leftover files to <store>/quarantine/
+               ) -> pd.DataFrame:
+    "Problems of a store, one row per file or finding: damaged/foreign shards, leftover temp files, a damaged manifest, duplicate rows."
+    store = store if isinstance(store, ResultsStore) else ResultsStore(store)
+    rows = []
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', StoreWarning)
+        for kind, key in (('rollouts', ROLLOUT_KEY), ('scores', SCORE_KEY)):
+            d = store.root / kind
+            for f in sorted(d.iterdir()) if d.is_dir() else []:
+                if f.name.startswith('part-') and f.suffix == '.parquet':
+                    _, problem = _shard_problem(f, [c for c in key if c != 'attempt'])
+                    if problem: rows.append(dict(path=str(f), problem=problem, file=True))
+                elif f.name.endswith('.tmp'): rows.append(dict(path=str(f), problem='temp file of a killed writer', file=True))
+                else: rows.append(dict(path=str(f), problem='foreign file (not a shard)', file=True))
+        for f in [*store.root.glob('.manifest*.tmp')]: rows.append(dict(path=str(f), problem='temp file of a killed writer', file=True))
+        if store.manifest_path.exists():
+            try: store.manifest()
+            except StoreError as e: rows.append(dict(path=str(store.manifest_path), problem=str(e).split(': ', 1)[1].split(';')[0], file=True))
+        else: rows.append(dict(path=str(store.manifest_path), problem='missing', file=False))
+        for kind, key in (('rollouts', ROLLOUT_KEY), ('scores', SCORE_KEY)):
+            frames = []
+            for f in sorted((store.root / kind).glob('part-*.parquet')):
+                df, problem = _shard_problem(f, [c for c in key if c != 'attempt'])
+                if df is not None: frames.append(df.assign(attempt=df['attempt'] if 'attempt' in df else 0))
+            n = int(pd.concat(frames).duplicated(key).sum()) if frames else 0
+            if n: rows.append(dict(path=str(store.root / kind), problem=f'{n} duplicate rows (readers count each once)', file=False))
+    out = pd.DataFrame(rows, columns=['path', 'problem', 'file'])
+    if quarantine and out['file'].any():
+        with store.writing():
+            q = store.root / 'quarantine'; q.mkdir(exist_ok=True)
+            for p in out.loc[out['file'], 'path']:
+                src = Path(p)
+                if src.exists(): os.replace(src, q / f"{src.relative_to(store.root).as_posix().replace('/', '__')}.{time.time_ns()}")
+        out['action'] = out['file'].map({True: 'moved to quarantine/', False: ''})
+    return out
 
 # %% ../nbs/07_runner.ipynb #7a35f750
 PACKAGES = ('numpy', 'pandas', 'pyarrow', 'scipy', 'statsmodels', 'rank-bm25', 'bm25s', 'rouge-score', 'nltk',
@@ -203,44 +414,49 @@ def make_manifest(cfg: RunConfig, instances: list[Instance], policies: list, mem
                 history=history or {'name': 'default_history'},
                 policies=[p.info() for p in policies], memories=[m.info() for m in memories],
                 labels=sorted({p.label for p in policies}),
-                judge=cfg.judge, judges={},   # `score` records each judge's model and prompt hash here
+                judge=cfg.judge, judges=[],   # `score` records every scoring pass in the store here (`judge_passes`)
                 created=time.strftime('%Y-%m-%dT%H:%M:%S%z'))
 
 # %% ../nbs/07_runner.ipynb #100beac7
 @DATASETS.register('synthetic')
-def _synthetic(params: Optional[dict]=None, **_) -> list[Instance]:
+def _synthetic(params: Optional[dict]=None) -> list[Instance]:
     from memlab.synth import make_benchmark
-    return make_benchmark(**(params or {}))
+    return make_benchmark(**validate_params(make_benchmark, params or {}, 'dataset.params', '<synthetic dataset>'))
 
 @DATASETS.register('instances')
-def _instances(path: str, **_) -> list[Instance]:
+def _instances(path: str) -> list[Instance]:
     from memlab.core import load_records
     return load_records(path, Instance)
 
 @DATASETS.register('synthetic-ladder')
-def _synthetic_ladder(params: Optional[dict]=None, **_) -> list[Instance]:
+def _synthetic_ladder(params: Optional[dict]=None) -> list[Instance]:
     "The one-query instances of `memlab.synth.make_ladder_benchmark` (its pool feeds the ladder history, not the run)."
     from memlab.synth import make_ladder_benchmark
-    return make_ladder_benchmark(**(params or {}))[0]
+    return make_ladder_benchmark(**validate_params(make_ladder_benchmark, params or {}, 'dataset.params', '<synthetic-ladder dataset>'))[0]
 
 @DATASETS.register('longmemeval')
-def _longmemeval(path: str, sha256: Optional[str]=None, layout: Optional[str]=None, **_) -> list[Instance]:
+def _longmemeval(path: str, sha256: str|bool|None=None, layout: Optional[str]=None) -> list[Instance]:
     from memlab.data import load_longmemeval
     return load_longmemeval(path, sha256=sha256, layout=layout)
 
 @DATASETS.register('locomo')
-def _locomo(path: str, sha256: Optional[str]=None, captions: bool=True, **_) -> list[Instance]:
+def _locomo(path: str, sha256: str|bool|None=None, captions: bool=True) -> list[Instance]:
     from memlab.data import load_locomo
     return load_locomo(path, sha256=sha256, captions=captions)
 
 @DATASETS.register('memoryagentbench')
-def _memoryagentbench(path: str, source: Optional[str]=None, chunk_size: Optional[int]=None, sha256: Optional[str]=None, **_) -> list[Instance]:
+def _memoryagentbench(path: str, source: Optional[str]=None, chunk_size: Optional[PosInt]=None, sha256: Optional[str]=None) -> list[Instance]:
     from memlab.mab import load_memoryagentbench
     return load_memoryagentbench(path, source=source, chunk_size=chunk_size, sha256=sha256)
 
 @DATASETS.register('mab-synthetic')
-def _mab_synthetic(families: dict|list, params: Optional[dict]=None, chunk_size: Optional[int]=None, **_) -> list[Instance]:
+def _mab_synthetic(families: dict|list, params: Optional[dict]=None, chunk_size: Optional[PosInt]=None) -> list[Instance]:
     from memlab.mab_agents import mab_synthetic
+    from memlab.mab_synth import MAB_GENERATORS
+    for fam in (families if isinstance(families, dict) else dict.fromkeys(families, {})).items():
+        name, kw = fam
+        if name in MAB_GENERATORS:
+            validate_params(MAB_GENERATORS.get_impl(name), {**(params or {}), **(kw or {})}, f'dataset.families.{name}', '<mab-synthetic dataset>')
     return mab_synthetic(families, params=params, chunk_size=chunk_size)
 
 def chunking_info(instances: list[Instance]) -> dict:
@@ -254,13 +470,18 @@ def chunking_info(instances: list[Instance]) -> dict:
 def check_instances(instances: list[Instance], # what a run will use
                     source: str='<instances>' # file name for messages
                    ) -> list[Instance]:
-    "Raise a RecordError naming file, record and field on duplicate ids or unknown evidence ids."
+    "Raise a RecordError naming file, record and field on empty histories, unparseable dates, duplicate or unknown ids."
+    check_histories(instances, source); check_dates(instances, source)
     seen = {}
     for i, inst in enumerate(instances):
         if inst.id in seen: raise RecordError(f"{source}: record {i} (id={inst.id!r}): field 'id': duplicate of record {seen[inst.id]}")
         seen[inst.id] = i
         sids, qids = set(), set()
+        where = f"{source}: record {i} (id={inst.id!r})"
+        if not inst.sessions: raise RecordError(f"{where}: field 'sessions': the instance has no sessions (nothing to remember)")
+        if not inst.queries: raise RecordError(f"{where}: field 'queries': the instance has no queries")
         for j, s in enumerate(inst.sessions):
+            if not s.id.strip(): raise RecordError(f"{where}: field 'sessions.{j}.id': empty session id")
             if s.id in sids: raise RecordError(f"{source}: record {i} (id={inst.id!r}): field 'sessions.{j}.id': duplicate session id {s.id!r}")
             sids.add(s.id)
         for j, q in enumerate(inst.queries):
@@ -272,23 +493,33 @@ def check_instances(instances: list[Instance], # what a run will use
 
 def load_dataset(spec: dict) -> list[Instance]:
     "The instances a dataset spec describes, validated."
-    spec = dict(spec); kind = spec.pop('kind', None)
-    if kind is None: raise RecordError("dataset spec: field 'kind' is missing (e.g. 'synthetic' or 'instances')")
-    if kind not in DATASETS: raise RecordError(f"dataset spec: field 'kind': unknown dataset kind {kind!r}; registered: {sorted(DATASETS)}")
-    spec.pop('name', None)
-    return check_instances(DATASETS.make(kind, **spec), spec.get('path', f'<{kind} dataset>'))
+    check_dataset_spec(spec, 'dataset spec')
+    spec = dict(spec); kind = spec.pop('kind')
+    spec.pop('name', None); split, limit = spec.pop('split_queries', False), spec.pop('limit', None)
+    src = spec.get('path', f'<{kind} dataset>')
+    insts = DATASETS.make(kind, **spec)
+    if not insts: raise RecordError(f'{src}: no instances: the dataset is empty')
+    if split:                                      # one query per instance, as scale ladders need
+        from memlab.ladder import split_queries
+        insts = split_queries(insts)
+    if limit is not None:
+        if limit > len(insts): raise RecordError(f"{src}: field 'limit': {limit} instances asked, the dataset has {len(insts)}")
+        insts = insts[:limit]
+    return check_instances(insts, src)
 
 # %% ../nbs/07_runner.ipynb #d985743b
-def default_history(instance: Instance, condition: dict) -> list[Session]:
-    "The instance's own sessions, whatever the condition."
-    return instance.sessions
+def make_history(spec: dict, # a config's `history`: {'name': registered builder, **its arguments}
+                 instances: list[Instance] # the run's instances
+                ) -> Callable:
+    "The `history(instance, condition)` callable a config describes, so that any process (the CLI too) can rebuild it."
+    spec = dict(spec); return HISTORIES.make(spec.pop('name'), instances=instances, **spec)
 
 def rollout_id(cfg_hash: str, instance_id: str, query_id: str, policy: dict, memory: dict, condition: dict, sample: int) -> str:
     "Deterministic id of one rollout from its cell and config hash."
     return stable_hash([cfg_hash, instance_id, query_id, policy, memory, condition, sample], n=24)
 
 _POLICY_CACHE: dict = {}
-_POLICY_LOCK = __import__('threading').Lock()
+_POLICY_LOCK = threading.Lock()
 
 def shared_policy(spec: dict):
     "One policy object per spec and process, so threads share a backend's concurrency limit and cache."
@@ -301,7 +532,7 @@ def run_unit(cfg: dict, # RunConfig as a dict (picklable)
              inst: Instance, # the instance
              cond: dict, # the condition
              mspec: dict, # the memory spec
-             todo: list, # (query index, policy index, sample) triples still to do
+             todo: list, # (query index, policy index, sample, attempt) still to do
              history: Callable=default_history, # sessions for (instance, condition)
              sink: Optional[Callable]=None, # called with each rollout as it finishes (serial runs)
              memory_dir: Optional[str]=None # checkpoint folder: a built memory is saved there and loaded on resume
@@ -314,12 +545,13 @@ def run_unit(cfg: dict, # RunConfig as a dict (picklable)
         from memlab.mab import MemoryCheckpoint
         ck = MemoryCheckpoint(memory_dir); mem, status = ck.get_or_build(mspec, history(inst, cond)); loaded = status == 'loaded'
     ingest_s = time.perf_counter() - t if memory_dir is None or loaded else ck.build_s   # construction only, not the save
-    for qi, pi, s in todo:
+    for qi, pi, s, attempt in todo:
         q, pspec = inst.queries[qi], cfg.policies[pi]
         base = dict(rollout_id=rollout_id(h, inst.id, q.id, pspec, mspec, cond, s), run_id=cfg.name, config_hash=h,
                     section=cfg.section, dataset=cfg.dataset.get('name', cfg.dataset.get('kind', 'unnamed')),
                     instance_id=inst.id, query_id=q.id, qtype=q.qtype, policy=spec_name(pspec), policy_label='',
-                    memory=spec_name(mspec), memory_family=mem.family, k=mem.k, condition=cond, sample=s, max_steps=cfg.max_steps)
+                    memory=spec_name(mspec), memory_family=mem.family, k=mem.k, condition=cond, sample=s, max_steps=cfg.max_steps,
+                    attempt=attempt)
         t = time.perf_counter()
         try:
             pol = shared_policy(pspec); base['policy_label'] = pol.label
@@ -328,66 +560,156 @@ def run_unit(cfg: dict, # RunConfig as a dict (picklable)
                         usage=res.trajectory.usage, timings=dict(ingest_s=ingest_s, ingest_loaded=float(loaded), policy_s=res.policy_s,
                                                                  memory_s=res.memory_s, total_s=time.perf_counter() - t))
         except Exception as e:   # kept with its cause; never scored as wrong
-            r = Rollout(**base, error=f'{type(e).__name__}: {e}', timings=dict(total_s=time.perf_counter() - t))
+            r = Rollout(**base, error=redact(f'{type(e).__name__}: {e}'), timings=dict(total_s=time.perf_counter() - t))
         out.append(r)
         if sink: sink(r)
     return out
 
-def plan_units(cfg: RunConfig, instances: list[Instance], done: set) -> list[tuple]:
-    "The units with rollouts still to do: (instance, condition, memory spec, todo triples)."
+def plan_units(cfg: RunConfig, instances: list[Instance],
+               stored: pd.DataFrame, # the store's rollouts (`ResultsStore.rollouts()`)
+               retry_errors: bool=False # also re-run rollouts whose latest attempt failed
+              ) -> list[tuple]:
+    "The units with rollouts still to do: (instance, condition, memory spec, todo quadruples)."
     units, h = [], cfg.config_hash
+    latest = dict(zip(stored['rollout_id'], zip(stored['attempt'], stored['error'].notna()))) if len(stored) else {}
+    def next_attempt(rid):                       # None: nothing to do for this rollout
+        if rid not in latest: return 0
+        attempt, failed = latest[rid]
+        return int(attempt) + 1 if retry_errors and failed else None
     for inst in instances:
         for cond in cfg.conditions:
             for mspec in cfg.memories:
-                todo = [(qi, pi, s) for qi, q in enumerate(inst.queries) for pi, p in enumerate(cfg.policies)
-                        for s in range(cfg.samples) if rollout_id(h, inst.id, q.id, p, mspec, cond, s) not in done]
+                todo = [(qi, pi, s, a) for qi, q in enumerate(inst.queries) for pi, p in enumerate(cfg.policies) for s in range(cfg.samples)
+                        if (a := next_attempt(rollout_id(h, inst.id, q.id, p, mspec, cond, s))) is not None]
                 if todo: units.append((inst, cond, mspec, todo))
     return units
 
+# %% ../nbs/07_runner.ipynb #20f43c48
+@contextmanager
+def deferred_signals(signums=(signal.SIGINT, signal.SIGTERM)):
+    "Hold Ctrl-C and SIGTERM while a shard is written, then deliver them: an interrupt never tears a write."
+    if threading.current_thread() is not threading.main_thread(): yield; return
+    got, old = [], {}
+    for s in signums:
+        try: old[s] = signal.signal(s, lambda n, f: got.append(n))
+        except (ValueError, OSError): pass
+    try: yield
+    finally:
+        for s, h in old.items(): signal.signal(s, h)
+        for n in got[:1]:
+            h = old.get(n)
+            if callable(h): h(n, None)
+            elif h == signal.SIG_DFL and n == signal.SIGINT: raise KeyboardInterrupt
+            elif h == signal.SIG_DFL: os.kill(os.getpid(), n)
+
+def _store_identity(store: ResultsStore, cfg: RunConfig, hist: dict) -> Optional[dict]:
+    "The store's manifest if it holds this run (None for a new store); StoreError if it holds another run."
+    try: old = store.manifest(missing_ok=True)
+    except StoreError as e: _warn(f'{e}; the rollouts\' config hashes identify the run instead'); old = None
+    if old is not None:
+        if old.get('config_hash') != cfg.config_hash:
+            raise StoreError(f'{store.root} holds run {old.get("run")!r} with another config hash ({old.get("config_hash")} != '
+                             f'{cfg.config_hash}): use another store (--store, or another run name)')
+        if old.get('history', hist) != hist:
+            raise StoreError(f'{store.root} holds run {old.get("run")!r} built with another history ({old.get("history")}): use another store')
+    ro = store.rollouts()
+    other = sorted(set(ro['config_hash']) - {cfg.config_hash}) if len(ro) else []
+    if other: raise StoreError(f'{store.root} holds rollouts of another config (hash {", ".join(other)}): use another store')
+    return old
+
+def preflight(policies: list, judge=None):
+    "Check every model backend once (key variable set, the server answers a tiny request) before any work; raises LLMError."
+    seen = set()
+    for obj in [*policies, judge]:
+        b = getattr(obj, 'backend', None) or getattr(obj, 'judge_backend', None)
+        if b is None or not hasattr(b, 'preflight'): continue
+        key = (b.provider, b.base_url, b.model)
+        if key not in seen: seen.add(key); b.preflight()
+
+# %% ../nbs/07_runner.ipynb #9d91c889
 def run(cfg: RunConfig|dict|str, # the run config (or a dict / YAML path)
         instances: list[Instance], # histories and their queries
         store: ResultsStore|str|Path, # where rollouts go
         history: Callable[[Instance, dict], list[Session]]=default_history, # the sessions a memory ingests for a condition
         executor=None, # any concurrent.futures.Executor; None: serial in this process
         flush_every: int=50, # rollouts per shard in serial runs
-        progress: Optional[bool]=None # tqdm bar; default: on unless $MEMLAB_PROGRESS is 0
+        progress: Optional[bool]=None, # tqdm bar; default: on unless $MEMLAB_PROGRESS is 0
+        retry_errors: bool=False, # re-run rollouts whose latest attempt failed; earlier attempts stay as history
+        wait: bool=False, # wait for another writer of the store instead of failing
+        check_backends: bool=False # `preflight` the model backends before the grid
        ) -> ResultsStore:
-    "Generate every rollout of the grid that the store does not hold yet."
+    "Generate every rollout of the grid that the store does not hold yet (one writer at a time; interrupts keep finished work)."
     cfg = validate_config(cfg) if isinstance(cfg, RunConfig) else RunConfig.load(cfg)
     store = store if isinstance(store, ResultsStore) else ResultsStore(store)
     check_instances(instances, f'instances of run {cfg.name!r}')
+    if history is default_history: history = make_history(cfg.history, instances)   # e.g. a scale ladder, rebuilt by the CLI
     policies = [shared_policy(p) for p in cfg.policies]            # built once per process, before writing
     memories = [make_memory(**m) for m in cfg.memories]
     check_parity(memories)
     hist = history.info() if hasattr(history, 'info') else {'name': getattr(history, '__qualname__', type(history).__name__)}
-    if store.manifest_path.exists():
-        old = store.manifest()
-        if old.get('config_hash') != cfg.config_hash:
-            raise ValueError(f'{store.root} holds run {old.get("run")!r} with another config hash: use another store')
-        if old.get('history', hist) != hist:
-            raise ValueError(f'{store.root} holds run {old.get("run")!r} built with another history ({old.get("history")}): use another store')
-    store.write_manifest(make_manifest(cfg, instances, policies, memories, hist))
-    done = store.done_ids()
-    total = sum(len(i.queries) for i in instances) * len(cfg.conditions) * len(memories) * len(policies) * cfg.samples
-    units = plan_units(cfg, instances, done)
-    if progress is None: progress = os.environ.get('MEMLAB_PROGRESS', '1') != '0'
-    bar = tqdm(total=total, initial=total - sum(len(u[3]) for u in units), desc=cfg.name, disable=not progress)
-    cd = cfg.model_dump(mode='json')
-    mdir = str(store.root / 'memories') if cfg.checkpoint_memories else None
-    if executor is None:
-        buf = []
-        def sink(r):
-            buf.append(r); bar.update(1)
-            if len(buf) >= flush_every: store.write_rollouts(buf); buf.clear()
-        for inst, cond, mspec, todo in units: run_unit(cd, inst, cond, mspec, todo, history, sink, mdir)
-        store.write_rollouts(buf)
-    else:
-        import concurrent.futures as cf
-        futs = [executor.submit(run_unit, cd, inst, cond, mspec, todo, history, None, mdir) for inst, cond, mspec, todo in units]
-        for f in cf.as_completed(futs):
-            rs = f.result(); store.write_rollouts(rs); bar.update(len(rs))
-    bar.close()
+    old = _store_identity(store, cfg, hist)
+    if old is not None and not plan_units(cfg, instances, store.rollouts(), retry_errors): return store   # nothing to write
+    if check_backends: preflight(policies)
+    with store.writing(wait):
+        old = _store_identity(store, cfg, hist)                   # again: another writer may have finished meanwhile
+        if old is None and store.manifest_path.exists():          # damaged: set aside, a new one is written below
+            check_store(store, quarantine=True)
+        stored = store.rollouts()
+        units = plan_units(cfg, instances, stored, retry_errors)
+        man = make_manifest(cfg, instances, policies, memories, hist)
+        if old is not None: man.update(created=old.get('created'), updated=man['created'], judges=old.get('judges', []))
+        store.write_manifest(man)
+        total = sum(len(i.queries) for i in instances) * len(cfg.conditions) * len(memories) * len(policies) * cfg.samples
+        if progress is None: progress = os.environ.get('MEMLAB_PROGRESS', '1') != '0'
+        bar = tqdm(total=total, initial=total - sum(len(u[3]) for u in units), desc=cfg.name, disable=not progress)
+        cd = cfg.model_dump(mode='json')
+        mdir = str(store.root / 'memories') if cfg.checkpoint_memories else None
+        n_written = [0]
+        def write(rs):
+            with deferred_signals(): store.write_rollouts(rs)
+            n_written[0] += len(rs); bar.update(len(rs))
+        try:
+            if executor is None:
+                buf = []
+                def sink(r):
+                    buf.append(r)
+                    if len(buf) >= flush_every: write(buf[:]); buf.clear()
+                try:
+                    for inst, cond, mspec, todo in units: run_unit(cd, inst, cond, mspec, todo, history, sink, mdir)
+                finally: write(buf[:]); buf.clear()        # on Ctrl-C or an error too: finished rollouts are kept
+            else:
+                import concurrent.futures as cf
+                futs = [executor.submit(run_unit, cd, inst, cond, mspec, todo, history, None, mdir) for inst, cond, mspec, todo in units]
+                pending = set(futs)
+                try:
+                    for f in cf.as_completed(futs): pending.discard(f); write(f.result())
+                finally:                                        # interrupted or failed: keep every unit that finished
+                    for f in pending:
+                        if f.done() and not f.cancelled() and f.exception() is None: write(f.result())
+                        else: f.cancel()
+        except StoreError:
+            if old is None and n_written[0] == 0 and not len(stored): store.manifest_path.unlink(missing_ok=True)  # nothing was written
+            raise
+        finally: bar.close()
     return store
+
+# %% ../nbs/07_runner.ipynb #242d9b48
+def _cause(err: str) -> str:
+    "The cause of an error message: its exception type, and the inner one an LLMError wraps."
+    outer = re.match(r'\s*([\w.]+)', err or ''); inner = re.search(r'\((\w+(?:Error|Exception|Timeout|Refused)\w*)[:)]', err or '')
+    c = outer.group(1) if outer else 'error'
+    return f'{c} ({inner.group(1)})' if inner and inner.group(1) != c else c
+
+def error_summary(rollouts: pd.DataFrame # `ResultsStore.rollouts()` rows
+                 ) -> pd.DataFrame:
+    "Errored rollouts by cause: count, share of all rollouts and the first message verbatim."
+    errs = rollouts.loc[rollouts['error'].notna(), 'error'] if len(rollouts) else pd.Series([], dtype=object)
+    if not len(errs): return pd.DataFrame(columns=['cause', 'count', 'share', 'first_message'])
+    d = pd.DataFrame({'cause': errs.map(_cause), 'error': errs})
+    g = d.groupby('cause', sort=False)
+    out = pd.DataFrame({'count': g.size(), 'first_message': g['error'].first()}).reset_index()
+    out['share'] = out['count'] / len(rollouts)
+    return out.sort_values('count', ascending=False, kind='stable')[['cause', 'count', 'share', 'first_message']].reset_index(drop=True)
 
 # %% ../nbs/07_runner.ipynb #dfa3c9c2
 def estimate(cfg: RunConfig|dict|str, # the run config
@@ -440,38 +762,74 @@ def build_judge(spec: dict):
     from memlab.llm import make_backend
     b = dict(b); be = make_backend(b.pop('name'), **b)
     params = {'temperature': 0.0, **({'max_tokens': 10} if name == 'longmemeval' else {})}
-    j = make_judge(name, complete=be.completer(**params), model=be.model, **spec)
+    from memlab.judge import JUDGE_RUN
+    complete = lambda messages: be.chat(messages, sample=JUDGE_RUN.get(), **params)[0].content or ''   # run k: its own request
+    j = make_judge(name, complete=complete, model=be.model, **spec)
     j.concurrency = be.concurrency          # `score` judges that many rollouts at a time
+    j.judge_backend = be                    # for `preflight`
     return j
+
+PASS_KEY = ['judge', 'judge_model', 'prompt_hash']   # a scoring pass: a changed judge model or prompt is a new pass
+
+def judge_passes(store: ResultsStore, # a store
+                 known: Optional[list]=None # earlier manifest entries (their labels and specs are kept)
+                ) -> list[dict]:
+    "One manifest entry per scoring pass in the store, counted from the scores themselves."
+    sc = store.scores()
+    if not len(sc): return []
+    old = {(e.get('judge'), e.get('model'), e.get('prompt_hash')): e for e in (known or []) if isinstance(e, dict)}
+    out = []
+    for (j, m, h), g in sc.groupby(PASS_KEY, sort=True):
+        e = dict(old.get((j, m, h), {}))
+        e.update(judge=j, model=m, prompt_hash=h, runs=int(g['run'].nunique()), rollouts=int(g['rollout_id'].nunique()), scores=len(g))
+        e.setdefault('label', j)
+        out.append(e)
+    return out
+
+def _todo_scores(store: ResultsStore, j, n_runs: int, qs: dict) -> list:
+    "(Rollout, Query, missing run indices) for every current rollout this pass has not judged `n_runs` times."
+    sc = store.scores()
+    mine = sc[(sc['judge'] == j.name) & (sc['judge_model'] == j.model) & (sc['prompt_hash'] == j.prompt_hash)] if len(sc) else sc
+    have = set(zip(mine['rollout_id'], mine['attempt'].astype(int), mine['run'].astype(int))) if len(mine) else set()
+    todo = []
+    for r in store.rollout_records():
+        runs = [k for k in range(n_runs) if (r.rollout_id, r.attempt, k) not in have]
+        if not runs: continue
+        key = (r.instance_id, r.query_id)
+        if key not in qs: raise RecordError(f"{store.root}: rollout {r.rollout_id}: query {key} is not in the given instances")
+        todo.append((r, qs[key], runs))
+    return todo
 
 def score(store: ResultsStore|str|Path, # a store with rollouts
           instances: list[Instance], # the instances the rollouts answer (for gold answers)
           judge: Optional[dict]=None, # judge spec; default: the config's judge
           n_runs: Optional[int]=None, # judge runs per rollout; default: the config's judge_runs
-          judge_obj=None # an already-built judge (e.g. an LLM judge with its backend)
+          judge_obj=None, # an already-built judge (e.g. an LLM judge with its backend)
+          wait: bool=False # wait for another writer of the store instead of failing
          ) -> pd.DataFrame:
-    "Judge every stored rollout not yet scored by this judge; returns the aggregated scores."
+    "Judge every current rollout this judge (name, model, prompt) has not judged `n_runs` times; returns the aggregated scores."
     store = store if isinstance(store, ResultsStore) else ResultsStore(store)
-    man = store.manifest(); cfg = man['config']
+    cfg = store.manifest()['config']
     j = judge_obj or build_judge(judge or cfg['judge'])
     n_runs = n_runs or cfg.get('judge_runs', 1)
     qs = {(i.id, q.id): q for i in instances for q in i.queries}
-    old = store.scores(); have = set(old.loc[old['judge'] == j.name, 'rollout_id']) if len(old) else set()
-    todo = []
-    for row in store.rollouts().to_dict('records'):
-        if row['rollout_id'] in have: continue
-        key = (row['instance_id'], row['query_id'])
-        if key not in qs: raise KeyError(f"rollout {row['rollout_id']}: query {key} is not in the given instances")
-        todo.append((Rollout.from_row(row), qs[key]))
-    man.setdefault('judges', {})[j.name] = dict(model=j.model, prompt_hash=j.prompt_hash, runs=n_runs, label=getattr(j, 'label', j.name))
-    store.write_manifest(man)
-    store.write_scores(judge_many(j, todo, n_runs=n_runs, workers=getattr(j, 'concurrency', 1)))
+    if _todo_scores(store, j, n_runs, qs):                         # nothing to judge: nothing is written
+        with store.writing(wait):
+            todo = _todo_scores(store, j, n_runs, qs)
+            store.write_scores(judge_many(j, [(r, q) for r, q, _ in todo], runs=[rs for *_, rs in todo],
+                                          workers=getattr(j, 'concurrency', 1)))
+            man = store.manifest()
+            label = {(j.name, j.model, j.prompt_hash): dict(judge=j.name, model=j.model, prompt_hash=j.prompt_hash,
+                                                            label=getattr(j, 'label', j.name))}
+            man['judges'] = judge_passes(store, [*(man.get('judges') or []), *label.values()])
+            store.write_manifest(man)
     return aggregate_runs(store.scores())
 
 def results_frame(store: ResultsStore|str|Path, # a scored store
-                  judge: Optional[str]=None # judge name; default: the only one in the store
+                  judge: Optional[str]=None, # judge name; default: the only one in the store
+                  judge_model: Optional[str]=None # the judge's model, when a judge was run with several
                  ) -> pd.DataFrame:
-    "One row per rollout: identifiers, condition columns (`cond_*`), R(τ), answer, error and judged correctness."
+    "One row per rollout (its latest attempt): identifiers, condition columns (`cond_*`), R(τ), answer, error and judged correctness."
     store = store if isinstance(store, ResultsStore) else ResultsStore(store)
     ro = store.rollouts()
     cond = pd.json_normalize(ro['condition'].map(json.loads).tolist()).add_prefix('cond_') if len(ro) else pd.DataFrame()
@@ -479,9 +837,11 @@ def results_frame(store: ResultsStore|str|Path, # a scored store
     sc = store.scores()
     if not len(sc): return ro.assign(correct=pd.NA)
     agg = aggregate_runs(sc)
-    judges = sorted(agg['judge'].unique())
-    if judge is None:
-        if len(judges) > 1: raise ValueError(f'several judges in the store {judges}: pass judge=')
-        judge = judges[0]
-    agg = agg[agg['judge'] == judge].drop(columns=['judge'])
+    if judge is not None: agg = agg[agg['judge'] == judge]
+    if judge_model is not None: agg = agg[agg['judge_model'] == judge_model]
+    passes = sorted(set(zip(agg['judge'], agg['judge_model'], agg['prompt_hash'])))
+    if not passes: raise ValueError(f'no scores by judge {judge!r} (model {judge_model!r}) in {store.root}')
+    if len(passes) > 1:
+        raise ValueError(f'several judges in the store {[f"{a} ({b}, prompt {c})" for a, b, c in passes]}: pass judge= (and judge_model=)')
+    agg = agg.drop(columns=['judge'])
     return ro.merge(agg, on='rollout_id', how='left')

@@ -5,15 +5,18 @@
 # %% ../nbs/10_scale.ipynb #e01ed4ff
 from __future__ import annotations
 import json
+from pathlib import Path
 from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 from .stats import bootstrap_ci
+from .runner import HISTORIES   # seed 000 registers its ladder history (`scale-ladder`) into the harness
 
 # %% auto #0
-__all__ = ['BUDGETS', 'ALPHA', 'outcomes', 'call_quantile', 'with_scale', 'diagnostics', 'onset', 'table1', 'table2',
-           'budget_curve', 'table3', 'reporting_card', 'plot_reliability', 'plot_decomposition', 'plot_endpoints',
-           'plot_budget_curves']
+__all__ = ['BUDGETS', 'ALPHA', 'SCALE_PARAMS', 'SCALE_DATASETS', 'outcomes', 'call_quantile', 'with_scale', 'diagnostics',
+           'onset', 'table1', 'table2', 'budget_curve', 'table3', 'reporting_card', 'plot_reliability',
+           'plot_decomposition', 'plot_endpoints', 'plot_budget_curves', 'check_params', 'check_n_queries',
+           'injected_params', 'ladder_pool', 'scale_ladder_history']
 
 # %% ../nbs/10_scale.ipynb #b2acbc0e
 BUDGETS = {'B0': 2, 'B1': 3, 'B2': 5}   # seed 000, Table 11: main, elastic, stress
@@ -260,3 +263,152 @@ def plot_budget_curves(curve: pd.DataFrame, # budget_curve() output
     axes[0].set_ylabel(f'Pass@B at N_irr={n_irr} (%)')
     axes[-1].legend(fontsize=7, loc='upper left', bbox_to_anchor=(1.01, 1.0), frameon=False)
     return axes
+
+# %% ../nbs/10_scale.ipynb #a6095f5d
+import ast, difflib, math, os
+
+SCALE_PARAMS = dict(   # the scale-ladder section's parameters and defaults, in the order of its parameters cell
+    dataset='synthetic', data_path=None, pool_path=None, n_queries=30, pool_size=500, session_turns=6,
+    ladder=[0, 100, 200, 300, 400], memories=['bm25', 'items', 'ppr-graph', 'entity-graph'], k=12,
+    tiers=['weak', 'medium', 'strong'], backend='offline', models=['qwen3-8b'], base_url=None, concurrency=8,
+    judge_model=None, budgets={'B0': 2, 'B1': 3, 'B2': 5}, alpha=0.7, max_steps=10, n_resamples=1000, seed=0,
+    run_name='scale-ladder-small', out_root=None)
+SCALE_DATASETS = ('synthetic', 'longmemeval', 'locomo')
+
+def _bad(name: str, msg: str):
+    raise ValueError(f'scale_ladder parameter {name}: {msg}')
+
+def _is_int(v) -> bool: return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+def _int(name: str, v, lo: int, none: str=''):
+    "An integer >= lo (or None when `none` says what None means)."
+    if none and v is None: return
+    if not _is_int(v) or v < lo: _bad(name, f'must be an integer >= {lo}' + (f' or None ({none})' if none else '') + f', got {v!r}')
+
+def _names(name: str, v, known, what: str):
+    "A non-empty list of distinct names among `known`."
+    if isinstance(v, str) or not isinstance(v, (list, tuple)) or not v:
+        _bad(name, f'must be a non-empty list of {what}, got {v!r}')
+    for x in v:
+        if not isinstance(x, str) or x not in known: _bad(name, f'unknown {what[:-1]} {x!r}; known: {sorted(known)}')
+    dup = sorted({x for x in v if list(v).count(x) > 1})
+    if dup: _bad(name, f'lists {dup} more than once')
+
+def _path(name: str, v, need: str):
+    if not isinstance(v, (str, os.PathLike)) or not str(v): _bad(name, f'must be a file path {need}, got {v!r}')
+    if not Path(v).is_file(): _bad(name, f'file not found: {v} (relative paths are relative to {Path.cwd()})')
+
+def check_params(**params):
+    "Validate the scale-ladder section's parameters (missing ones take the defaults): one ValueError line naming the first bad one."
+    import memlab.planar, memlab.graph   # register the planar and hierarchical memory interfaces
+    from memlab.memory import MEMORIES
+    from memlab.reader import TIERS
+    from memlab.llm import BACKENDS
+    for n in params:
+        if n in SCALE_PARAMS: continue
+        if n in SCALE_PARAMS['budgets'] or (n[:1] == 'B' and n[1:].isdigit()):
+            hint = f"the budgets are one parameter, budgets['{n}'] (e.g. -y \"budgets: {{B0: 2, B1: 3, B2: 5}}\")"
+        else:
+            close = difflib.get_close_matches(str(n), SCALE_PARAMS, n=1)
+            hint = f'did you mean {close[0]!r}?' if close else f'the parameters are {", ".join(SCALE_PARAMS)}'
+        _bad(repr(n), f'not a parameter of this section; {hint}')
+    p = {**SCALE_PARAMS, **params}
+    real = p['dataset'] != 'synthetic'
+    if p['dataset'] not in SCALE_DATASETS: _bad("'dataset'", f'must be one of {list(SCALE_DATASETS)}, got {p["dataset"]!r}')
+    if not real and p['data_path'] is not None:
+        _bad("'data_path'", f"is read only for dataset 'longmemeval' or 'locomo' (dataset is 'synthetic'), got {p['data_path']!r}")
+    if real: _path("'data_path'", p['data_path'], f'for dataset {p["dataset"]!r}')
+    if p['pool_path'] is not None:
+        if p['dataset'] != 'locomo': _bad("'pool_path'", f"is read only for dataset 'locomo' (dataset is {p['dataset']!r}), got {p['pool_path']!r}")
+        _path("'pool_path'", p['pool_path'], '(a LongMemEval file)')
+    _int("'n_queries'", p['n_queries'], 1, none='all queries' if real else '')
+    _int("'pool_size'", p['pool_size'], 1)
+    st = p['session_turns']
+    if not (_is_int(st) and st >= 1 or isinstance(st, (list, tuple)) and len(st) == 2 and all(_is_int(x) for x in st)
+            and 1 <= st[0] <= st[1]):
+        _bad("'session_turns'", f'must be an integer >= 1 or a [low, high] range with 1 <= low <= high, got {st!r}')
+    lad = p['ladder']
+    if (isinstance(lad, str) or not isinstance(lad, (list, tuple)) or len(lad) < 2 or not all(_is_int(x) and x >= 0 for x in lad)
+            or any(b <= a for a, b in zip(lad, lad[1:]))):
+        _bad("'ladder'", f'must be at least two non-negative integers in increasing order (N_irr of s0, s1, ...), got {lad!r}')
+    _names("'memories'", p['memories'], MEMORIES, 'registered memory interfaces')
+    _int("'k'", p['k'], 1)
+    _names("'tiers'", p['tiers'], TIERS, 'reader tiers')
+    if p['backend'] != 'offline' and p['backend'] not in BACKENDS:
+        _bad("'backend'", f"must be 'offline' or one of {sorted(BACKENDS)}, got {p['backend']!r}")
+    ms = p['models']
+    if isinstance(ms, str) or not isinstance(ms, (list, tuple)) or not all(isinstance(m, str) and m for m in ms) or (p['backend'] != 'offline' and not ms):
+        _bad("'models'", f'must be a{" non-empty" if p["backend"] != "offline" else ""} list of model ids, got {ms!r}')
+    bu = p['base_url']
+    if bu is not None and not (isinstance(bu, str) and bu.startswith(('http://', 'https://'))):
+        _bad("'base_url'", f"must be None or an http(s) URL such as 'http://localhost:8000/v1', got {bu!r}")
+    _int("'concurrency'", p['concurrency'], 1)
+    if p['judge_model'] is not None and not (isinstance(p['judge_model'], str) and p['judge_model']):
+        _bad("'judge_model'", f'must be None (offline match) or a model id, got {p["judge_model"]!r}')
+    b = p['budgets']
+    if not isinstance(b, dict) or 'B0' not in b or not all(isinstance(n, str) for n in b):
+        _bad("'budgets'", f"must be a dict of named budgets holding 'B0' (the main one), e.g. {{'B0': 2, 'B1': 3, 'B2': 5}}, got {b!r}")
+    for n, v in b.items(): _int(f'budgets[{n!r}]', v, 1)
+    a = p['alpha']
+    if not (isinstance(a, (int, float, np.integer, np.floating)) and not isinstance(a, (bool, np.bool_)) and 0 < a < 1):
+        _bad("'alpha'", f'must be a number in (0, 1), got {a!r}')
+    _int("'max_steps'", p['max_steps'], 1)
+    if p['max_steps'] <= max(b.values()):
+        _bad("'max_steps'", f'must exceed the largest budget ({max(b.values())}) so that rollouts over it are observed, got {p["max_steps"]!r}')
+    _int("'n_resamples'", p['n_resamples'], 1)
+    _int("'seed'", p['seed'], 0)
+    rn = p['run_name']
+    if not isinstance(rn, str) or not rn or rn in ('.', '..') or '/' in rn or '\\' in rn:
+        _bad("'run_name'", f'must be a non-empty folder name (no path separators), got {rn!r}')
+    if p['out_root'] is not None and not (isinstance(p['out_root'], (str, os.PathLike)) and str(p['out_root'])):
+        _bad("'out_root'", f'must be None ($MEMLAB_OUT or the project root) or a folder path, got {p["out_root"]!r}')
+    if (not real or p['dataset'] == 'locomo' and p['pool_path'] is None) and p['pool_size'] < lad[-1]:
+        _bad("'pool_size'", f'the synthetic pool must hold at least the largest rung of the ladder ({lad[-1]}), got {p["pool_size"]!r}')
+
+def check_n_queries(n_queries: Optional[int], # the section's n_queries (None: all)
+                    n_available: int, # queries the loaded file holds
+                    source # the file, for the message
+                   ) -> int:
+    "How many queries to take: all when `n_queries` is None; a one-line ValueError when the file holds fewer than asked."
+    if n_available < 1: raise ValueError(f'scale_ladder: {source} holds no queries')
+    if n_queries is None: return n_available
+    if n_queries > n_available:
+        _bad("'n_queries'", f'{n_queries} queries asked, but {source} holds {n_available}; ask for at most {n_available} or None (all)')
+    return n_queries
+
+def injected_params(sources: Sequence[str] # executed cell sources, e.g. IPython's `In`
+                   ) -> list[str]:
+    "Names assigned by papermill's injected parameters cells ('# Parameters' ...), in order of appearance."
+    out = []
+    for s in sources:
+        if not isinstance(s, str) or not s.startswith('# Parameters'): continue
+        try: tree = ast.parse(s)
+        except SyntaxError: continue
+        out += [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)]
+    return list(dict.fromkeys(out))
+
+# %% ../nbs/10_scale.ipynb #0a52dd3d
+def ladder_pool(spec: dict # {'kind': 'synthetic-ladder', 'params': ...}, {'kind': 'synthetic-pool', ...} or a dataset spec
+               ) -> list:
+    "The candidate irrelevant sessions a pool spec describes."
+    from memlab.ladder import pool_from_instances
+    spec = dict(spec); kind = spec.pop('kind', None)
+    if kind == 'synthetic-ladder':
+        from memlab.synth import make_ladder_benchmark
+        return make_ladder_benchmark(**spec.get('params', {}))[1]
+    if kind == 'synthetic-pool':
+        from memlab.synth import make_pool
+        return make_pool(spec['size'], seed=spec.get('seed', 0), session_turns=spec.get('session_turns', 6))
+    from memlab.runner import load_dataset
+    return pool_from_instances(load_dataset({'kind': kind, **spec}))
+
+@HISTORIES.register('scale-ladder')
+def scale_ladder_history(n_irr: list, # N_irr per scale (the ladder)
+                         pool: dict, # `ladder_pool` spec
+                         seed: int=0, # draws are seeded by (seed, query id)
+                         instances: Optional[list]=None # the run's instances (unused: the pool spec names its sessions)
+                        ):
+    "The `LadderHistory` a config's `history: {'name': 'scale-ladder', ...}` describes."
+    from memlab.ladder import ladder_history
+    return ladder_history(ladder_pool(pool), ladder=n_irr, seed=seed)
+

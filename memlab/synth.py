@@ -6,13 +6,16 @@
 from __future__ import annotations
 import random, datetime as dt
 from dataclasses import dataclass
-from .core import Turn, Session, Query, Instance
+from typing import Annotated, Literal, Optional, Union
+from pydantic import Field
+from .core import Turn, Session, Query, Instance, UnitFloat
 
 # %% auto #0
-__all__ = ['PEOPLE', 'SLOTS', 'EVENTS', 'TOPICS', 'ASKS', 'REPLIES', 'CHATTER', 'DATE_FMT', 'QTYPES', 'TALLIES', 'NUMBER_WORDS',
-           'POOL_TOPICS', 'DETAILS', 'ASPECTS', 'FOLLOWUPS', 'EXTRAS', 'LADDER_QTYPES', 'Slot', 'filler_turns',
-           'fmt_date', 'date_answers', 'draw_turns', 'make_history', 'make_benchmark', 'Tally', 'chat_turns',
-           'distractor_sentence', 'make_pool', 'make_ladder_benchmark']
+__all__ = ['PEOPLE', 'SLOTS', 'EVENTS', 'TOPICS', 'ASKS', 'REPLIES', 'CHATTER', 'DATE_FMT', 'QTYPES', 'QType', 'InstanceCount',
+           'QueryCount', 'SessionCount', 'PoolCount', 'SpanDays', 'Turns', 'TurnsSpec', 'TALLIES', 'NUMBER_WORDS',
+           'POOL_TOPICS', 'DETAILS', 'ASPECTS', 'FOLLOWUPS', 'EXTRAS', 'LADDER_QTYPES', 'LadderQType', 'Slot',
+           'filler_turns', 'fmt_date', 'date_answers', 'draw_turns', 'make_history', 'make_benchmark', 'Tally',
+           'chat_turns', 'distractor_sentence', 'make_pool', 'make_ladder_benchmark']
 
 # %% ../nbs/01_synth.ipynb #1ad2fc3d
 @dataclass(frozen=True)
@@ -105,6 +108,16 @@ def filler_turns(rng: random.Random, # the generator's RNG
 # %% ../nbs/01_synth.ipynb #89047897
 DATE_FMT = '%Y/%m/%d (%a) %H:%M'   # LongMemEval's session/question date format
 QTYPES = ('single-session-user', 'knowledge-update', 'temporal-reasoning', 'abstention', 'false-premise')
+QType = Literal[QTYPES]
+
+# argument ranges, checked when a run config names a generator's parameters (`memlab.core.validate_params`)
+InstanceCount = Annotated[int, Field(ge=1, le=100_000)]    # histories, or one-query instances
+QueryCount = Annotated[int, Field(ge=1, le=1_000)]         # questions per history
+SessionCount = Annotated[int, Field(ge=0, le=100_000)]     # filler sessions per history
+PoolCount = Annotated[int, Field(ge=0, le=1_000_000)]      # sessions in a pool
+SpanDays = Annotated[int, Field(ge=1, le=36_500)]          # days a pool or ladder history spans
+Turns = Annotated[int, Field(ge=1, le=1_000)]              # turns per session
+TurnsSpec = Union[Turns, tuple[Turns, Turns]]              # a session length, or an inclusive (low, high) range
 
 def fmt_date(d: dt.datetime) -> str: return d.strftime(DATE_FMT)
 
@@ -129,12 +142,12 @@ def _embed(rng, text, n_turns, where='user'):
     return turns
 
 # %% ../nbs/01_synth.ipynb #3120b332
-def make_history(n_queries: int=20, # questions to ask (types cycle through `qtypes`)
-                 n_filler: int=30, # filler sessions (incl. near-miss distractors)
+def make_history(n_queries: QueryCount=20, # questions to ask (types cycle through `qtypes`)
+                 n_filler: SessionCount=30, # filler sessions (incl. near-miss distractors)
                  seed: int=0, # everything is derived from this seed
-                 session_turns: int|tuple=6, # turns per session, or an inclusive (low, high) range drawn per session
-                 qtypes: tuple=QTYPES, # question types to cycle through
-                 distractor_rate: float=0.5, # fraction of filler sessions carrying a near-miss statement
+                 session_turns: TurnsSpec=6, # turns per session, or an inclusive (low, high) range drawn per session
+                 qtypes: tuple[QType, ...]=QTYPES, # question types to cycle through
+                 distractor_rate: UnitFloat=0.5, # fraction of filler sessions carrying a near-miss statement
                  start: str='2023/01/02 (Mon) 09:00', # date of the first session
                  instance_id: str='synthetic-0' # id of the returned instance
                 ) -> Instance:
@@ -224,14 +237,18 @@ def make_history(n_queries: int=20, # questions to ask (types cycle through `qty
                           'session_turns': session_turns})
 
 # %% ../nbs/01_synth.ipynb #f20ad55e
-def make_benchmark(n_instances: int=10, # histories (users); each gets its own facts and filler
-                   queries_per_instance: int=10, # questions per history (at most about one per fact kind)
-                   n_filler: int=30, # filler sessions per history
+def make_benchmark(n_instances: InstanceCount=10, # histories (users); each gets its own facts and filler
+                   queries_per_instance: QueryCount=10, # questions per history (at most about one per fact kind)
+                   n_filler: SessionCount=30, # filler sessions per history
                    seed: int=0, # base seed; instance i uses seed*100003 + i
-                   **kw # passed to `make_history`
+                   session_turns: TurnsSpec=6, # turns per session, or an inclusive (low, high) range (`make_history`)
+                   qtypes: tuple[QType, ...]=QTYPES, # question types to cycle through (`make_history`)
+                   distractor_rate: UnitFloat=0.5, # filler sessions carrying a near-miss statement (`make_history`)
+                   start: str='2023/01/02 (Mon) 09:00' # date of each history's first session (`make_history`)
                   ) -> list[Instance]:
     "Several independent synthetic users: the task-level unit for bootstrap CIs."
-    return [make_history(queries_per_instance, n_filler, seed=seed * 100003 + i, instance_id=f'synthetic-{seed}-{i}', **kw)
+    return [make_history(queries_per_instance, n_filler, seed=seed * 100003 + i, session_turns=session_turns, qtypes=qtypes,
+                         distractor_rate=distractor_rate, start=start, instance_id=f'synthetic-{seed}-{i}')
             for i in range(n_instances)]
 
 # %% ../nbs/01_synth.ipynb #df8de31c
@@ -297,12 +314,12 @@ def distractor_sentence(rng: random.Random) -> str:
     return t.distract.format(who=who, v=rng.choice(t.pool))
 
 # %% ../nbs/01_synth.ipynb #3d65aee8
-def make_pool(n_sessions: int=1000, # sessions in the pool
+def make_pool(n_sessions: PoolCount=1000, # sessions in the pool
               seed: int=0, # everything is derived from this seed
-              session_turns: int|tuple=6, # turns per session, or an inclusive (low, high) range
-              distractor_rate: float=0.3, # fraction of sessions carrying a near-miss about someone else
+              session_turns: TurnsSpec=6, # turns per session, or an inclusive (low, high) range
+              distractor_rate: UnitFloat=0.3, # fraction of sessions carrying a near-miss about someone else
               start: str='2023/01/02 (Mon) 09:00', # earliest possible date
-              span_days: int=365, # dates are uniform over this many days from `start`
+              span_days: SpanDays=365, # dates are uniform over this many days from `start`
               id_prefix: str='pool' # session ids are f'{id_prefix}_{seed}_{i:06d}'
              ) -> list[Session]:
     "A seeded, dated pool of irrelevant sessions (chit-chat and third-person near misses), in chronological order."
@@ -323,6 +340,7 @@ def make_pool(n_sessions: int=1000, # sessions in the pool
 
 # %% ../nbs/01_synth.ipynb #638c4020
 LADDER_QTYPES = ('single-session-user', 'knowledge-update', 'temporal-reasoning', 'multi-session', 'abstention')
+LadderQType = Literal[LADDER_QTYPES]
 
 def _ladder_item(rng, qt):
     "Evidence statements and query fields of one question of type `qt` (dates filled in later)."
@@ -346,15 +364,15 @@ def _ladder_item(rng, qt):
                                          qtype='single-session-user', abstention=True, meta={'near_miss': v})
     raise ValueError(f'unknown question type {qt!r}; known: {LADDER_QTYPES}')
 
-def make_ladder_benchmark(n_queries: int=50, # queries, one instance each (question types cycle through `qtypes`)
-                          pool_size: int=1000, # irrelevant sessions in the pool
+def make_ladder_benchmark(n_queries: InstanceCount=50, # queries, one instance each (question types cycle through `qtypes`)
+                          pool_size: PoolCount=1000, # irrelevant sessions in the pool
                           seed: int=0, # everything is derived from this seed
-                          session_turns: int|tuple=6, # turns per evidence session, or an inclusive (low, high) range
-                          pool_turns: int|tuple|None=None, # turns per pool session (default: `session_turns`)
-                          qtypes: tuple=LADDER_QTYPES, # question types to cycle through
-                          distractor_rate: float=0.3, # pool sessions carrying a third-person near miss
+                          session_turns: TurnsSpec=6, # turns per evidence session, or an inclusive (low, high) range
+                          pool_turns: Optional[TurnsSpec]=None, # turns per pool session (default: `session_turns`)
+                          qtypes: tuple[LadderQType, ...]=LADDER_QTYPES, # question types to cycle through
+                          distractor_rate: UnitFloat=0.3, # pool sessions carrying a third-person near miss
                           start: str='2023/01/02 (Mon) 09:00', # start of the history span
-                          span_days: int=365 # evidence and pool sessions are dated within this span
+                          span_days: SpanDays=365 # evidence and pool sessions are dated within this span
                          ) -> tuple[list[Instance], list[Session]]:
     "One-query instances holding only their evidence sessions, and a pool of irrelevant sessions for the ladder."
     rng = random.Random(f'memlab-ladder-{seed}')

@@ -2,7 +2,9 @@
 
 The real `openai` and `anthropic` SDKs talk to it over HTTP through `base_url`; a deterministic fake "model"
 (`default_responder`) answers, and faults (429, 500, a hung reply, a truncated body) can be injected at a
-seeded rate. It listens on 127.0.0.1 only. Not a test module (pytest does not collect it); tests import it.
+seeded rate. Faults drawn only when asked for (`OPT_FAULTS`): '401' (a bad key); with `echo_auth=True` the
+401 and 500 error bodies quote the request's Authorization / x-api-key header, as some proxies do. A 429 with
+a long wait: `faults=('429',), retry_after=3600`. It listens on 127.0.0.1 only. Not a test module (pytest does not collect it); tests import it.
 
     with LoopbackServer('openai', latency=0.1) as srv:
         client = openai.OpenAI(base_url=srv.url, api_key='sk-test')
@@ -21,6 +23,7 @@ from typing import Any, Callable, Optional
 HOST = '127.0.0.1'
 KINDS = ('openai', 'anthropic')
 FAULTS = ('429', '500', 'timeout', 'truncated')
+OPT_FAULTS = ('401',)          # never drawn by default: only when named in `faults`
 ROUTES = {'openai': ('/v1/chat/completions', '/chat/completions'), 'anthropic': ('/v1/messages',)}
 
 
@@ -181,9 +184,11 @@ def anthropic_message(req: dict, r: Reply, rid: str) -> dict:
 def error_body(kind: str, status: int, message: str) -> dict:
     "The provider's JSON error envelope."
     if kind == 'anthropic':
-        t = {400: 'invalid_request_error', 404: 'not_found_error', 429: 'rate_limit_error'}.get(status, 'api_error')
+        t = {400: 'invalid_request_error', 401: 'authentication_error', 404: 'not_found_error',
+             429: 'rate_limit_error'}.get(status, 'api_error')
         return {'type': 'error', 'error': {'type': t, 'message': message}}
-    t, code = {400: ('invalid_request_error', None), 404: ('invalid_request_error', 'unknown_url'),
+    t, code = {400: ('invalid_request_error', None), 401: ('invalid_request_error', 'invalid_api_key'),
+               404: ('invalid_request_error', 'unknown_url'),
                429: ('requests', 'rate_limit_exceeded')}.get(status, ('server_error', None))
     return {'error': {'message': message, 'type': t, 'param': None, 'code': code}}
 
@@ -253,23 +258,24 @@ class LoopbackServer:
                  seed: int = 0,
                  port: int = 0, # 0: any free port
                  max_faults_per_body: int = 3, # after this many faults for one request body the next attempt passes
-                 idle_timeout: float = 30.0): # seconds an idle keep-alive connection is kept open
+                 idle_timeout: float = 30.0, # seconds an idle keep-alive connection is kept open
+                 echo_auth: bool = False): # 401 and 500 bodies quote the request's Authorization / x-api-key header
         if kind not in KINDS: raise ValueError(f'kind must be one of {KINDS}, not {kind!r}')
         faults = tuple(faults)
-        bad = [f for f in faults if f not in FAULTS]
-        if bad or (fault_rate > 0 and not faults): raise ValueError(f'faults must be a non-empty subset of {FAULTS}; got {faults}')
+        bad = [f for f in faults if f not in FAULTS + OPT_FAULTS]
+        if bad or (fault_rate > 0 and not faults): raise ValueError(f'faults must be a non-empty subset of {FAULTS + OPT_FAULTS}; got {faults}')
         if not 0 <= fault_rate <= 1: raise ValueError('fault_rate must be in [0, 1]')
         self.kind, self.responder = kind, responder or default_responder
         self.latency, self.fault_rate, self.faults = float(latency), float(fault_rate), faults
         self.retry_after, self.hang, self.seed, self.port = float(retry_after), float(hang), seed, port
-        self.max_faults_per_body, self.idle_timeout = max_faults_per_body, idle_timeout
+        self.max_faults_per_body, self.idle_timeout, self.echo_auth = max_faults_per_body, idle_timeout, echo_auth
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._conns: set = set()
         self._attempts: dict = {}      # body digest -> (attempts, consecutive faults)
         self._n = 0
         self.in_flight = self.max_in_flight = 0   # requests being handled now; the most at any time
-        self.n_faults = {f: 0 for f in FAULTS}
+        self.n_faults = {f: 0 for f in FAULTS + tuple(f for f in faults if f in OPT_FAULTS)}
         self.log: list = []            # (path, status) per request
         self.fault_log: list = []      # (path, fault kind or None) per request
         self.requests: list = []       # parsed JSON body per request (None when not JSON)
@@ -358,8 +364,12 @@ class LoopbackServer:
         if fault == '429':
             return send(429, error_body(self.kind, 429, 'Rate limit reached (injected by loopback server)'),
                         {'Retry-After': f'{self.retry_after:g}', 'retry-after-ms': f'{self.retry_after * 1000:g}'}, fault=fault)
+        auth = h.headers.get('Authorization') or h.headers.get('x-api-key') or ''
+        echo = f' (received credentials: {auth})' if self.echo_auth else ''
+        if fault == '401':
+            return send(401, error_body(self.kind, 401, f'Incorrect API key provided (injected by loopback server){echo}'), fault=fault)
         if fault == '500':
-            return send(500, error_body(self.kind, 500, 'The server had an error (injected by loopback server)'), fault=fault)
+            return send(500, error_body(self.kind, 500, f'The server had an error (injected by loopback server){echo}'), fault=fault)
         if fault == 'timeout': self._stop.wait(self.hang)
         try: reply = self.responder(self.kind, req)
         except Exception as e:     # a responder bug: 400 so SDKs do not retry it, with the reason
@@ -376,14 +386,16 @@ def main(argv=None):
     p.add_argument('--port', type=int, default=8765)
     p.add_argument('--latency', type=float, default=0.0)
     p.add_argument('--fault-rate', type=float, default=0.0)
-    p.add_argument('--faults', default=','.join(FAULTS), help='comma-separated subset of ' + ','.join(FAULTS))
+    p.add_argument('--faults', default=','.join(FAULTS), help='comma-separated subset of ' + ','.join(FAULTS + OPT_FAULTS))
+    p.add_argument('--echo-auth', action='store_true', help="401/500 bodies quote the request's credentials")
     p.add_argument('--retry-after', type=float, default=0.05)
     p.add_argument('--hang', type=float, default=3.0)
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--duration', type=float, default=3600.0, help='stop after this many seconds')
     a = p.parse_args(argv)
     srv = LoopbackServer(a.kind, latency=a.latency, fault_rate=a.fault_rate, faults=[f for f in a.faults.split(',') if f],
-                         retry_after=a.retry_after, hang=a.hang, seed=a.seed, port=a.port)
+                         retry_after=a.retry_after, hang=a.hang, seed=a.seed, port=a.port,
+                         echo_auth=a.echo_auth)
     with srv:
         print(f'{a.kind} loopback server at base_url={srv.url} (stops after {a.duration:g}s; Ctrl-C to stop)', flush=True)
         try: srv._stop.wait(a.duration)

@@ -118,10 +118,9 @@ def test_a3_prompt_verbatim_in_seed():
 def test_longmemeval_templates_verbatim():
     doc = (SHARED / 'docs' / 'datasets.md').read_text(encoding='utf-8')
     sec = doc[doc.index('### 1.3'):doc.index('### 1.4')]
-    default, temporal_tail, ku, pref, abst = [json.loads('"' + m + '"') for m in re.findall(r'`"(.*?)"`', sec)]
-    head = default[:default.index('answer no.') + len('answer no.')]
+    default, temporal, ku, pref, abst = [json.loads('"' + m + '"') for m in re.findall(r'`"(.*?)"`', sec)]
     assert LME_DEFAULT_TEMPLATE == default
-    assert LME_TEMPORAL_TEMPLATE == head + temporal_tail
+    assert LME_TEMPORAL_TEMPLATE == temporal              # the whole template: it repeats the two "If ..." sentences
     assert LME_KNOWLEDGE_UPDATE_TEMPLATE == ku
     assert LME_PREFERENCE_TEMPLATE == pref
     assert LME_ABSTENTION_TEMPLATE == abst

@@ -99,7 +99,7 @@ def test_walkthrough_with_openai_backend_and_no_key_leak(tmp_path):
     outputs = json.dumps([c.get('outputs', []) for c in cells if c['cell_type'] == 'code'])
     assert 'openai:loop-model' in outputs and 'offline reader (no LLM)' not in outputs
     manifest = json.loads((out / 'results' / 'walkthrough' / 'manifest.json').read_text())
-    assert manifest['labels'] == ['openai:loop-model'] and manifest['judges']['llm-a3']['model'] == 'loop-judge'
+    assert manifest['labels'] == ['openai:loop-model'] and [j['model'] for j in manifest['judges'] if j['judge'] == 'llm-a3'] == ['loop-judge']
     leaks = [str(f) for d in (out, tmp_path) for f in d.rglob('*') if f.is_file() and FAKE_KEY.encode() in f.read_bytes()]
     leaks += ['stdout'] * (FAKE_KEY in p.stdout) + ['stderr'] * (FAKE_KEY in p.stderr)
     assert not leaks, f'the API key leaked into {leaks}'

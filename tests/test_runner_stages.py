@@ -42,7 +42,7 @@ def test_rejudging_never_regenerates(tmp_path, always_wrong):
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / 'run' / 'rollouts').glob('*.parquet')} == shards
     a, b = results_frame(st, judge='offline-match'), results_frame(st, judge='always-wrong-test')
     assert a['correct'].mean() > 0 and b['correct'].eq(0).all()
-    assert set(st.manifest()['judges']) == {'offline-match', 'always-wrong-test'}
+    assert {j['judge'] for j in st.manifest()['judges']} == {'offline-match', 'always-wrong-test'}
     with pytest.raises(ValueError, match='several judges'): results_frame(st)
 
 def test_manifest_records_data_file_hash(tmp_path):

@@ -94,3 +94,24 @@ run_name: lme""", env)
     assert p.returncode == 0, p.stderr[-3000:]
     t4 = (out / 'results' / 'scale_ladder' / 'table4.csv').read_text().splitlines()
     assert len(t4) == 1 + 3 and t4[1].split(',')[1] == '0'
+
+@pytest.mark.parametrize('dataset', ['synthetic', 'longmemeval'])
+def test_cli_resumes_a_notebook_store(tmp_path, dataset):
+    "A section notebook's store is resumable from the command line: the config (and its ladder history) is in the store."
+    out = tmp_path / 'out'
+    env = {**os.environ, 'MEMLAB_OUT': str(out), 'MEMLAB_PROGRESS': '0'}
+    fx = ROOT / 'tests' / 'fixtures' / 'longmemeval_s_cleaned.json'
+    data = f'dataset: longmemeval\ndata_path: {fx}\nn_queries: 4\nladder: [0, 2, 4]' if dataset == 'longmemeval' else \
+        'n_queries: 4\npool_size: 40\nladder: [0, 10, 20]'
+    p = papermill(tmp_path / 'nb.ipynb', f'{data}\nmemories: [bm25, items]\nn_resamples: 20\nrun_name: nb', env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    store = out / 'results' / 'scale_ladder' / 'runs' / 'nb'
+    full = ResultsStore(store).rollouts().set_index('rollout_id').sort_index()
+    shards = sorted((store / 'rollouts').glob('part-*.parquet'))
+    for f in shards[len(shards) // 2:]: f.unlink()             # an interrupted run: half the shards are missing
+    memlab = str(Path(sys.executable).with_name('memlab'))
+    r = subprocess.run([memlab, 'resume', '--store', str(store)], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    got = ResultsStore(store).rollouts().set_index('rollout_id').sort_index()
+    assert list(got.index) == list(full.index)
+    assert got[['answer', 'n_calls', 'error']].equals(full[['answer', 'n_calls', 'error']])
