@@ -8,7 +8,6 @@ import operator, re
 from functools import lru_cache
 from typing import Literal, Optional
 import numpy as np
-from nltk.stem import PorterStemmer
 from .core import Session, Evidence, Registry, count_tokens, PosInt, NonNegInt, NonNegFloat, UnitFloat
 
 # %% auto #0
@@ -81,7 +80,13 @@ myself we our ours you your yours he him his she her hers it its they them their
 those am is are was were be been being have has had having do does did doing would could ve ll re d m o y also get got as us let many much
 user assistant'''.split())
 
-_stem = lru_cache(maxsize=200_000)(PorterStemmer().stem)
+@lru_cache(maxsize=1)
+def _porter():
+    from nltk.stem import PorterStemmer        # imported on first use: `memlab --help` does not pay for nltk
+    return PorterStemmer()
+
+@lru_cache(maxsize=200_000)
+def _stem(w: str) -> str: return _porter().stem(w)
 _WORD = re.compile(r"[a-z0-9]+")
 
 def terms(text: str) -> list[str]:

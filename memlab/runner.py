@@ -150,7 +150,7 @@ def output_dirs(section: str, # section name, e.g. 'walkthrough'
     return res, fig
 
 # %% ../nbs/07_runner.ipynb #729354f2
-class StoreError(RuntimeError):
+class StoreError(ValueError):
     "A store cannot be used as asked (another writer holds it, it cannot be written, it is damaged); names the path."
 
 class StoreWarning(UserWarning):
@@ -664,28 +664,32 @@ def run(cfg: RunConfig|dict|str, # the run config (or a dict / YAML path)
         bar = tqdm(total=total, initial=total - sum(len(u[3]) for u in units), desc=cfg.name, disable=not progress)
         cd = cfg.model_dump(mode='json')
         mdir = str(store.root / 'memories') if cfg.checkpoint_memories else None
+        pending = set()                                 # submitted units not yet written
         n_written = [0]
-        def write(rs):
-            with deferred_signals(): store.write_rollouts(rs)
-            n_written[0] += len(rs); bar.update(len(rs))
+        def write(rs, fut=None):
+            with deferred_signals():                    # an interrupt lands after the write and its bookkeeping
+                store.write_rollouts(rs); n_written[0] += len(rs); bar.update(len(rs))
+                if fut is not None: pending.discard(fut)
         try:
             if executor is None:
                 buf = []
+                def flush():
+                    rs = buf[:]; buf.clear(); write(rs)     # taken from the buffer first: never written twice
                 def sink(r):
                     buf.append(r)
-                    if len(buf) >= flush_every: write(buf[:]); buf.clear()
+                    if len(buf) >= flush_every: flush()
                 try:
                     for inst, cond, mspec, todo in units: run_unit(cd, inst, cond, mspec, todo, history, sink, mdir)
-                finally: write(buf[:]); buf.clear()        # on Ctrl-C or an error too: finished rollouts are kept
+                finally: flush()                            # on Ctrl-C or an error too: finished rollouts are kept
             else:
                 import concurrent.futures as cf
                 futs = [executor.submit(run_unit, cd, inst, cond, mspec, todo, history, None, mdir) for inst, cond, mspec, todo in units]
-                pending = set(futs)
+                pending.update(futs)
                 try:
-                    for f in cf.as_completed(futs): pending.discard(f); write(f.result())
+                    for f in cf.as_completed(futs): write(f.result(), f)
                 finally:                                        # interrupted or failed: keep every unit that finished
-                    for f in pending:
-                        if f.done() and not f.cancelled() and f.exception() is None: write(f.result())
+                    for f in list(pending):
+                        if f.done() and not f.cancelled() and f.exception() is None: write(f.result(), f)
                         else: f.cancel()
         except StoreError:
             if old is None and n_written[0] == 0 and not len(stored): store.manifest_path.unlink(missing_ok=True)  # nothing was written

@@ -187,9 +187,6 @@ def reporting_card(diag: pd.DataFrame, # diagnostics() at the primary budget
     return pd.DataFrame(rows, columns=['field', 'reported'])
 
 # %% ../nbs/10_scale.ipynb #6f1af609
-import matplotlib.pyplot as plt
-import seaborn as sns
-
 def _cells(d: pd.DataFrame) -> list:
     return list(dict.fromkeys(zip(d['policy'], d['memory'])))
 
@@ -199,6 +196,7 @@ def plot_reliability(diag: pd.DataFrame, # diagnostics() at one budget
                     ):
     "Figure 2: Pass@B vs added irrelevant sessions, one panel per interface, one line (CI band) per agent, alpha line."
     mems = list(dict.fromkeys(diag['memory'])); pols = list(dict.fromkeys(diag['policy']))
+    import matplotlib.pyplot as plt, seaborn as sns   # plotting libraries load on first plot
     if axes is None: axes = plt.subplots(1, len(mems), figsize=(3.2 * len(mems), 3.4), sharey=True, squeeze=False)[1][0]
     pal = dict(zip(pols, sns.color_palette('colorblind', len(pols))))
     for ax, m in zip(axes, mems):
@@ -218,6 +216,7 @@ def plot_decomposition(diag: pd.DataFrame, # diagnostics() at one budget
                        ax=None # axes to draw on
                       ):
     "Figure 3: stacked Pass@B / wrong-within-budget / budget-induced shares per agent x interface at one scale."
+    import matplotlib.pyplot as plt, seaborn as sns   # plotting libraries load on first plot
     ax = ax or plt.subplots(figsize=(6, 3.4))[1]
     n_irr = diag['n_irr'].max() if n_irr is None else n_irr
     d = diag[diag['n_irr'] == n_irr]; names = [f'{p} x {m}' for p, m in zip(d['policy'], d['memory'])]
@@ -232,6 +231,7 @@ def plot_endpoints(t1: pd.DataFrame, # table1() output
                    axes=None # two axes
                   ):
     "Figure 5: endpoint Pass@B at s0 and s4 with CIs (left) and P90R at s4 (right)."
+    import matplotlib.pyplot as plt, seaborn as sns   # plotting libraries load on first plot
     if axes is None: axes = plt.subplots(1, 2, figsize=(9, 3.4))[1]
     names = [f'{p} x {m}' for p, m in zip(t1['policy'], t1['memory'])]; x = np.arange(len(t1)); pal = sns.color_palette('colorblind', 2)
     for j, (e, c) in enumerate(zip(('s0', 's4'), pal)):
@@ -250,6 +250,7 @@ def plot_budget_curves(curve: pd.DataFrame, # budget_curve() output
     "Figure 11 (left): Pass@B against the budget B at one scale, one panel per interface, one line per agent."
     n_irr = curve['n_irr'].max() if n_irr is None else n_irr
     d = curve[curve['n_irr'] == n_irr]; mems = list(dict.fromkeys(d['memory'])); pols = list(dict.fromkeys(d['policy']))
+    import matplotlib.pyplot as plt, seaborn as sns   # plotting libraries load on first plot
     if axes is None: axes = plt.subplots(1, len(mems), figsize=(3.2 * len(mems), 3.4), sharey=True, squeeze=False)[1][0]
     pal = dict(zip(pols, sns.color_palette('colorblind', len(pols))))
     for ax, m in zip(axes, mems):

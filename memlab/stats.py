@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
-from scipy.stats import binom, rankdata
 
 # %% auto #0
 __all__ = ['MAX_ELEMS', 'task_index', 'resample_counts', 'CI', 'bootstrap_ci', 'paired_bootstrap_diff', 'bootstrap_table',
@@ -211,6 +210,7 @@ def mcnemar_exact(a, # binary outcomes of system A (0/1 or bool)
     n10, n01 = int(((va == 1) & (vb == 0)).sum()), int(((va == 0) & (vb == 1)).sum())
     n11, n00 = int(((va == 1) & (vb == 1)).sum()), int(((va == 0) & (vb == 0)).sum())
     k = min(n10, n01)
+    from scipy.stats import binom               # imported on first use (scipy.stats takes about 1 s)
     p = 1.0 if n10 + n01 == 0 else min(1.0, 2 * float(binom.cdf(k, n10 + n01, 0.5)))
     return McNemar(n11, n10, n01, n00, float(k), p)
 
@@ -323,6 +323,7 @@ def spearman(x, # first variable
     "Spearman's ρ with average ranks for ties; NaN when either variable is constant."
     x, y = _as_values(x, 'x'), _as_values(y, 'y')
     if len(x) != len(y): raise ValueError(f'x and y must be paired: {len(x)} vs {len(y)} values')
+    from scipy.stats import rankdata
     rx, ry = rankdata(x), rankdata(y)
     rx, ry = rx - rx.mean(), ry - ry.mean()
     den = np.sqrt((rx @ rx) * (ry @ ry))

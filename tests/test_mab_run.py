@@ -11,11 +11,12 @@ from memlab.mab_synth import MAB_GENERATORS
 
 ROOT = Path(__file__).resolve().parents[1]
 NB = ROOT / 'nbs' / 'sections' / 'memoryagentbench.ipynb'
-INSTS = mab_synthetic({'factconsolidation_sh': {}, 'ruler_qa1': {}}, params=dict(n_contexts=1, context_tokens=3000,
-                      questions_per_context=6, seed=2), chunk_size=512)
+DATA = dict(kind='mab-synthetic', families={'factconsolidation_sh': {}, 'ruler_qa1': {}},
+            params=dict(n_contexts=1, context_tokens=3000, questions_per_context=6, seed=2), chunk_size=512)
+INSTS = mab_synthetic(DATA['families'], params=DATA['params'], chunk_size=DATA['chunk_size'])
 
 def cfg(**kw):
-    return RunConfig(name='mab-test', section='memoryagentbench', dataset={'kind': 'mab-synthetic'},
+    return RunConfig(name='mab-test', section='memoryagentbench', dataset=DATA,
                      policies=[{'name': 'mab-reader', 'tier': 'strong'}], memories=mab_agents(names=('long-context', 'bm25', 'items')),
                      judge={'name': 'mab-metric', 'catalogue': 'synthetic'}, **kw)
 

@@ -231,7 +231,7 @@ def test_judge_provenance(tmp_path):
 def test_no_worker_outlives_the_runner(tmp_path, group, sig):
     cfg, store = config(tmp_path, n_inst=10), tmp_path / 'store'
     rng = random.Random(7 + sig)
-    for delay in [0.3, 1.0, rng.uniform(1.5, 4.0)]:              # during worker start-up (imports) and during the grid
+    for delay in [0.3, rng.uniform(1.5, 4.0)]:                   # during worker start-up (imports) and during the grid
         p = group.start('run', cfg, '--store', store, '--executor', 'processes', '--workers', '2', tmp=tmp_path)
         assert wait_for(lambda: len(session_members(p.pid)) >= 2, timeout=30), 'no worker started'
         time.sleep(delay)
@@ -240,7 +240,7 @@ def test_no_worker_outlives_the_runner(tmp_path, group, sig):
 
 def test_ctrl_c_keeps_finished_serial_rollouts(tmp_path, group):
     store_sizes = []
-    for trial in range(3):
+    for trial in range(2):
         cfg, store = config(tmp_path, name=f'int{trial}', n_inst=30, n_q=10), tmp_path / f'store{trial}'
         p = group.start('run', cfg, '--store', store, tmp=tmp_path)
         assert wait_for(lambda: n_rows(store) >= 50, timeout=60)
@@ -251,7 +251,7 @@ def test_ctrl_c_keeps_finished_serial_rollouts(tmp_path, group):
         store_sizes.append(n_rows(store))
         r = memlab('resume', cfg, '--store', store, tmp=tmp_path); assert r.returncode == 0, r.stderr
         assert n_rows(store) == 30 * 10 * 4 and ResultsStore(store).rollouts()['rollout_id'].is_unique
-    assert any(n % 50 for n in store_sizes), f'only whole buffers were kept: {store_sizes}'
+    assert any(n % 50 for n in store_sizes), f'only whole buffers were kept: {store_sizes}'   # by chance: p = 1/2500
 
 def test_sigint_processes_run_keeps_finished_units(tmp_path, group):
     cfg, store = config(tmp_path, n_inst=40, n_q=4), tmp_path / 'store'
@@ -344,3 +344,25 @@ def test_store_without_manifest_refuses_another_run(tmp_path):
     assert len(ResultsStore(store).rollouts()) == 6 * 8 * 2 * 2
     r = memlab('resume', cfg, '--store', store, tmp=tmp_path)
     assert r.returncode == 0 and ResultsStore(store).manifest()['config_hash'] == RunConfig.load(cfg).config_hash
+
+
+# ---------------------------------------------------------------------------------------------- 5. secrets
+def test_echoed_key_never_reaches_the_store(tmp_path):
+    "A server that quotes the key in its 401/500 bodies: the key is in no rollout, score, manifest, cache or output."
+    fake = 'sk-memlab-store-echo-7c1d0a99e3'
+    with LoopbackServer('openai', fault_rate=0.5, faults=('500', '401'), max_faults_per_body=10**6, echo_auth=True, seed=4) as srv:
+        cfg = llm_config(tmp_path, srv.url, api_key_env='MEMLAB_ECHO_CRED')
+        c = yaml.safe_load(cfg.read_text())
+        c['judge'] = {'name': 'llm-a3', 'backend': {'name': 'openai', 'model': 'loop-judge', 'base_url': srv.url,
+                                                    'api_key_env': 'MEMLAB_ECHO_CRED', 'max_attempts': 1}}
+        cfg.write_text(yaml.safe_dump(c))
+        store = tmp_path / 'store'
+        r = subprocess.run([MEMLAB, 'run', cfg, '--store', store, '--score', '--no-preflight'], capture_output=True, text=True,
+                           timeout=WAIT, env=env(tmp_path, MEMLAB_ECHO_CRED=fake))
+        assert any(fake in (h.get('authorization') or '') for h in srv.headers), 'the key was never sent: the test proves nothing'
+    ro, sc = ResultsStore(store).rollouts(), ResultsStore(store).scores()
+    assert ro['error'].str.contains('received credentials').any(), 'no echoed error was stored: the test proves nothing'
+    assert sc['raw'].fillna('').str.contains('received credentials').any(), 'no echoed judge reply was stored'
+    leaks = [str(f) for f in tmp_path.rglob('*') if f.is_file() and fake.encode() in f.read_bytes()]
+    assert not leaks and fake not in r.stdout + r.stderr, leaks
+    assert ro['error'].str.contains(r'\[REDACTED:MEMLAB_ECHO_CRED\]').any()
