@@ -62,7 +62,7 @@ def make_executor(kind: str, # serial | threads | processes | dask
 
 def _report_errors(store: ResultsStore, max_rate: float) -> int:
     "Print errored rollouts by cause on stderr; 1 when their share exceeds `max_rate`, else 0."
-    ro = store.rollouts(); es = error_summary(ro)
+    ro = store.rollouts(columns=['error']); es = error_summary(ro)
     if not len(es): return 0
     n = int(es['count'].sum())
     print(f'memlab: {n} of {len(ro)} rollouts ended in an error: ' + '; '.join(f"{r.count} {r.cause}" for r in es.itertuples()),
@@ -90,7 +90,7 @@ def _cmd_run(a, resume=False):
         if done or ex is None: close()
         elif hasattr(ex, 'shutdown'): ex.shutdown(wait=False, cancel_futures=True)   # interrupted: do not wait for running units
         else: close()
-    ro = store.rollouts()
+    ro = store.rollouts(columns=['error'])
     print(f'{cfg.name}: {len(ro)} rollouts in {store.root} ({int(ro["error"].notna().sum()) if len(ro) else 0} with errors)')
     rc = _report_errors(store, a.max_error_rate)
     if a.score: _score(store, insts, None, None, a.wait)

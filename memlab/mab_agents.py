@@ -7,6 +7,7 @@ from __future__ import annotations
 import json, re
 from typing import Optional
 from .core import QueryView, Step, Evidence, Instance, Session, Turn
+from .memory import HISTORIES
 from .agent import Policy, POLICIES, Search, Answer
 from .reader import OfflineReader, read_question, TierName
 from .llm import LLMPolicy, SEARCH_TOOL
@@ -45,6 +46,11 @@ class MemorizeHistory:
     def info(self) -> dict: return {'name': 'memorize', 'templates': 'official utils/templates.py memorize', 'time_stamp': ''}
 
 memorize_history = MemorizeHistory()
+
+@HISTORIES.register('memorize')
+def _memorize_history(instances: Optional[list]=None) -> MemorizeHistory:
+    "`history: {name: memorize}` in a run config: the CLI rebuilds the notebook's ingestion."
+    return memorize_history
 
 # %% ../nbs/12_mab_agents.ipynb #830d3127
 _PREFIX = re.compile(r'(?m)^user: ')

@@ -11,12 +11,13 @@ import numpy as np
 from .core import Session, Evidence, Registry, count_tokens, PosInt, NonNegInt, NonNegFloat, UnitFloat
 
 # %% auto #0
-__all__ = ['FAMILIES', 'MEMORIES', 'STOPWORDS', 'Memory', 'chronological', 'make_memory', 'check_parity', 'chunk_session',
-           'terms', 'LongContextMemory', 'FlatMemory', 'BM25Memory', 'DenseMemory', 'HybridMemory']
+__all__ = ['FAMILIES', 'MEMORIES', 'HISTORIES', 'STOPWORDS', 'Memory', 'chronological', 'make_memory', 'check_parity',
+           'chunk_session', 'terms', 'LongContextMemory', 'FlatMemory', 'BM25Memory', 'DenseMemory', 'HybridMemory']
 
 # %% ../nbs/02_memory.ipynb #ed043613
 FAMILIES = ('long-context', 'flat', 'planar', 'hierarchical')
 MEMORIES = Registry('memory')
+HISTORIES = Registry('history')   # builders of what a memory ingests per condition (`RunConfig.history`; the runner uses them)
 
 class Memory:
     "Base class of the memory contract; subclasses register with `@MEMORIES.register(name)`."

@@ -17,7 +17,7 @@ from .redact import redact, redact_obj
 import memlab
 from .core import (Record, Registry, Instance, Session, Query, Rollout, Score, stable_hash, canonical_json, count_tokens, TOKENIZER,
                          validate_record, RecordError, load_yaml, validate_args, validate_params, check_dates, check_histories, PosInt)
-from .memory import make_memory, check_parity, MEMORIES
+from .memory import make_memory, check_parity, MEMORIES, HISTORIES   # HISTORIES: `history(instance, condition)` builders
 from .agent import make_policy, run_loop, POLICIES
 from .judge import make_judge, judge_many, scores_frame, aggregate_runs
 import memlab.reader, memlab.llm  # register the built-in policies (offline reader, LLM) and backends
@@ -25,13 +25,12 @@ import memlab.planar, memlab.graph  # register the planar and hierarchical memor
 import memlab.mab_agents  # register the MemoryAgentBench policies (mab-reader, mab-llm) and judge (mab-metric)
 
 # %% auto #0
-__all__ = ['SAFE_NAME', 'DATASETS', 'HISTORIES', 'DATASET_OPTIONS', 'ROLLOUT_KEY', 'SCORE_KEY', 'PACKAGES', 'PASS_KEY',
-           'RunConfig', 'default_history', 'validate_config', 'check_dataset_spec', 'spec_name', 'project_root',
-           'output_dirs', 'StoreError', 'StoreWarning', 'lock_holder', 'writer_lock', 'ResultsStore', 'check_store',
-           'git_commit', 'package_versions', 'dataset_hash', 'file_sha256', 'make_manifest', 'chunking_info',
-           'check_instances', 'load_dataset', 'make_history', 'rollout_id', 'shared_policy', 'run_unit', 'plan_units',
-           'deferred_signals', 'preflight', 'run', 'error_summary', 'estimate', 'build_judge', 'judge_passes', 'score',
-           'results_frame']
+__all__ = ['SAFE_NAME', 'DATASETS', 'DATASET_OPTIONS', 'ROLLOUT_KEY', 'SCORE_KEY', 'PACKAGES', 'PASS_KEY', 'RunConfig',
+           'default_history', 'validate_config', 'check_dataset_spec', 'spec_name', 'project_root', 'output_dirs',
+           'StoreError', 'StoreWarning', 'lock_holder', 'writer_lock', 'ResultsStore', 'check_store', 'git_commit',
+           'package_versions', 'dataset_hash', 'file_sha256', 'make_manifest', 'chunking_info', 'check_instances',
+           'load_dataset', 'make_history', 'rollout_id', 'shared_policy', 'run_unit', 'plan_units', 'deferred_signals',
+           'preflight', 'run', 'error_summary', 'estimate', 'build_judge', 'judge_passes', 'score', 'results_frame']
 
 # %% ../nbs/07_runner.ipynb #eca9aed1
 SAFE_NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9._-]{0,127}')   # run and section names become folder names
@@ -76,7 +75,6 @@ class RunConfig(Record):
         return validate_config(validate_record(cls, data, str(p)), str(p))
 
 DATASETS = Registry('dataset')   # loaders by kind; `synthetic` and `instances` are registered below
-HISTORIES = Registry('history')  # builders of `history(instance, condition)` callables from a config's `history` spec
 
 def default_history(instance: Instance, condition: dict) -> list[Session]:
     "The instance's own sessions, whatever the condition."
@@ -173,13 +171,17 @@ def _write_parquet_atomic(df: pd.DataFrame, path: Path):
         if isinstance(e, OSError): raise _oserror(path, e) from None
         raise
 
-def _shard_problem(path: Path, required: list[str]) -> tuple[Optional[pd.DataFrame], Optional[str]]:
+def _shard_problem(path: Path, required: list[str],
+                   columns: Optional[list]=None # read only these (those the shard has); default: all
+                  ) -> tuple[Optional[pd.DataFrame], Optional[str]]:
     "(frame, None) for a readable memlab shard, else (None, what is wrong with it)."
-    try: d = pd.read_parquet(path)
+    import pyarrow.parquet as pq
+    try:
+        names = pq.read_schema(path).names
+        missing = [c for c in required if c not in names]
+        if missing: return None, f'not a memlab shard (columns {missing} missing)'
+        return pd.read_parquet(path, columns=[c for c in columns if c in names] if columns else None), None
     except Exception as e: return None, f'unreadable ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ""})'
-    missing = [c for c in required if c not in d.columns]
-    if missing: return None, f'not a memlab shard (columns {missing} missing)'
-    return d, None
 
 def _py(v):
     "A parquet cell as a plain Python value: pandas' missing values (NaN, NA, NaT) become None."
@@ -262,11 +264,13 @@ class ResultsStore:
         "Append a shard of judge scores (secrets redacted)."
         if scores: self._write('scores', pd.DataFrame([redact_obj(s.to_row()) for s in scores], columns=list(Score.model_fields)))
 
-    def _read(self, kind: str, cols: list[str], key: list[str]) -> pd.DataFrame:
+    def _read(self, kind: str, cols: list[str], key: list[str],
+              columns: Optional[list]=None # read only these columns (default: all)
+             ) -> pd.DataFrame:
         "Every readable shard of `kind`, duplicates of `key` dropped; damaged or foreign shards skipped with a warning."
         frames, bad = [], []
         for f in sorted((self.root / kind).glob('part-*.parquet')):
-            d, problem = _shard_problem(f, [c for c in key if c != 'attempt'])
+            d, problem = _shard_problem(f, [c for c in key if c != 'attempt'], columns)
             if problem: bad.append(f'{f.name}: {problem}')
             else: frames.append(d)
         if bad: _warn(f'{self.root / kind}: skipped {len(bad)} damaged or foreign file(s): {"; ".join(bad[:3])}; '
@@ -282,10 +286,11 @@ class ResultsStore:
             df = df[~dup].reset_index(drop=True)
         return df
 
-    def rollouts(self, history: bool=False # also earlier attempts of re-run rollouts
+    def rollouts(self, history: bool=False, # also earlier attempts of re-run rollouts
+                 columns: Optional[list]=None # read only these columns (the key is always read); default: all
                 ) -> pd.DataFrame:
         "Rollouts as flat rows (nested fields as JSON), one per rollout id: its latest attempt."
-        df = self._read('rollouts', list(Rollout.model_fields), ROLLOUT_KEY)
+        df = self._read('rollouts', list(Rollout.model_fields), ROLLOUT_KEY, columns and list(dict.fromkeys([*ROLLOUT_KEY, *columns])))
         if history or not len(df): return df
         return df.sort_values('attempt', kind='stable').drop_duplicates('rollout_id', keep='last').sort_index().reset_index(drop=True)
 
@@ -294,20 +299,17 @@ class ResultsStore:
         return [Rollout.from_row({k: _py(v) for k, v in row.items() if k in Rollout.model_fields})
                 for row in self.rollouts().to_dict('records')]
 
+    def score_records(self) -> list[Score]:
+        "The current scores as `Score` records (missing values read back as None)."
+        return [Score.from_row({k: _py(v) for k, v in row.items() if k in Score.model_fields}) for row in self.scores().to_dict('records')]
+
     def scores(self, current: bool=True # only verdicts on the latest attempt of each rollout
               ) -> pd.DataFrame:
         "Judge scores, one per (rollout, attempt, judge, judge model, prompt, run)."
         sc = self._read('scores', list(Score.model_fields), SCORE_KEY)
         if not current or not len(sc): return sc
-        live = self.rollouts()[ROLLOUT_KEY]
+        live = self.rollouts(columns=ROLLOUT_KEY)[ROLLOUT_KEY]
         return sc.merge(live, on=ROLLOUT_KEY, how='inner')
-
-    def done_ids(self, errors: bool=True # count rollouts whose latest attempt failed as done
-                ) -> set[str]:
-        "Ids of the rollouts already stored."
-        df = self.rollouts()
-        if not len(df): return set()
-        return set(df['rollout_id'] if errors else df.loc[df['error'].isna(), 'rollout_id'])
 
     def write_manifest(self, manifest: dict):
         "Atomically replace the manifest (unique temp name; secrets redacted)."
@@ -612,7 +614,7 @@ def _store_identity(store: ResultsStore, cfg: RunConfig, hist: dict) -> Optional
                              f'{cfg.config_hash}): use another store (--store, or another run name)')
         if old.get('history', hist) != hist:
             raise StoreError(f'{store.root} holds run {old.get("run")!r} built with another history ({old.get("history")}): use another store')
-    ro = store.rollouts()
+    ro = store.rollouts(columns=['config_hash'])
     other = sorted(set(ro['config_hash']) - {cfg.config_hash}) if len(ro) else []
     if other: raise StoreError(f'{store.root} holds rollouts of another config (hash {", ".join(other)}): use another store')
     return old
@@ -648,13 +650,13 @@ def run(cfg: RunConfig|dict|str, # the run config (or a dict / YAML path)
     check_parity(memories)
     hist = history.info() if hasattr(history, 'info') else {'name': getattr(history, '__qualname__', type(history).__name__)}
     old = _store_identity(store, cfg, hist)
-    if old is not None and not plan_units(cfg, instances, store.rollouts(), retry_errors): return store   # nothing to write
+    if old is not None and not plan_units(cfg, instances, store.rollouts(columns=['error']), retry_errors): return store   # nothing to write
     if check_backends: preflight(policies)
     with store.writing(wait):
         old = _store_identity(store, cfg, hist)                   # again: another writer may have finished meanwhile
         if old is None and store.manifest_path.exists():          # damaged: set aside, a new one is written below
             check_store(store, quarantine=True)
-        stored = store.rollouts()
+        stored = store.rollouts(columns=['error'])
         units = plan_units(cfg, instances, stored, retry_errors)
         man = make_manifest(cfg, instances, policies, memories, hist)
         if old is not None: man.update(created=old.get('created'), updated=man['created'], judges=old.get('judges', []))
@@ -835,9 +837,9 @@ def results_frame(store: ResultsStore|str|Path, # a scored store
                  ) -> pd.DataFrame:
     "One row per rollout (its latest attempt): identifiers, condition columns (`cond_*`), R(τ), answer, error and judged correctness."
     store = store if isinstance(store, ResultsStore) else ResultsStore(store)
-    ro = store.rollouts()
+    ro = store.rollouts(columns=[c for c in Rollout.model_fields if c != 'trajectory'])   # trajectories are the bulk of a store
     cond = pd.json_normalize(ro['condition'].map(json.loads).tolist()).add_prefix('cond_') if len(ro) else pd.DataFrame()
-    ro = pd.concat([ro.drop(columns=['trajectory']).reset_index(drop=True), cond], axis=1)
+    ro = pd.concat([ro.drop(columns=['trajectory'], errors='ignore').reset_index(drop=True), cond], axis=1)
     sc = store.scores()
     if not len(sc): return ro.assign(correct=pd.NA)
     agg = aggregate_runs(sc)

@@ -10,7 +10,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 from .stats import bootstrap_ci
-from .runner import HISTORIES   # seed 000 registers its ladder history (`scale-ladder`) into the harness
+from .memory import HISTORIES   # seed 000 registers its ladder history (`scale-ladder`) into the harness
 
 # %% auto #0
 __all__ = ['BUDGETS', 'ALPHA', 'SCALE_PARAMS', 'SCALE_DATASETS', 'outcomes', 'call_quantile', 'with_scale', 'diagnostics',
@@ -273,7 +273,7 @@ SCALE_PARAMS = dict(   # the scale-ladder section's parameters and defaults, in 
     ladder=[0, 100, 200, 300, 400], memories=['bm25', 'items', 'ppr-graph', 'entity-graph'], k=12,
     tiers=['weak', 'medium', 'strong'], backend='offline', models=['qwen3-8b'], base_url=None, concurrency=8,
     judge_model=None, budgets={'B0': 2, 'B1': 3, 'B2': 5}, alpha=0.7, max_steps=10, n_resamples=1000, seed=0,
-    run_name='scale-ladder-small', out_root=None)
+    run_name='scale-ladder-small', retry_errors=False, out_root=None)
 SCALE_DATASETS = ('synthetic', 'longmemeval', 'locomo')
 
 def _bad(name: str, msg: str):
@@ -358,6 +358,7 @@ def check_params(**params):
         _bad("'max_steps'", f'must exceed the largest budget ({max(b.values())}) so that rollouts over it are observed, got {p["max_steps"]!r}')
     _int("'n_resamples'", p['n_resamples'], 1)
     _int("'seed'", p['seed'], 0)
+    if not isinstance(p['retry_errors'], (bool, np.bool_)): _bad("'retry_errors'", f"must be True or False, got {p['retry_errors']!r}")
     rn = p['run_name']
     if not isinstance(rn, str) or not rn or rn in ('.', '..') or '/' in rn or '\\' in rn:
         _bad("'run_name'", f'must be a non-empty folder name (no path separators), got {rn!r}')

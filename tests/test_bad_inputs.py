@@ -12,11 +12,12 @@ not exist afterwards; separately, the CLI should print one line `memlab: <messag
 traceback. The library path (`load_records`, `check_instances`, `RunConfig.load`) must raise `RecordError` with
 the same information.
 
-All CLI invocations run once, concurrently, in a module fixture (each is a fresh interpreter: ~2 s).
+All CLI invocations run once in a module fixture, through `memlab.cli.main` in this process (tests/inproc.py).
 """
-import copy, json, os, re, subprocess, sys
-from concurrent.futures import ThreadPoolExecutor
+import copy, json, os, re, sys
 from pathlib import Path
+
+from inproc import memlab_main
 
 import pytest
 import yaml
@@ -25,9 +26,6 @@ from memlab.core import Instance, Query, RecordError, load_records, validate_rec
 from memlab.runner import RunConfig, check_instances, load_dataset
 from memlab.synth import make_benchmark
 
-MEMLAB = str(Path(sys.executable).with_name('memlab'))
-ENV = dict(os.environ, MEMLAB_PROGRESS='0')
-TIMEOUT = 120
 
 GOOD = [i.model_dump(mode='json') for i in make_benchmark(n_instances=3, queries_per_instance=3, n_filler=2, seed=1)]
 IDS = [i['id'] for i in GOOD]                                   # synthetic-1-0 .. synthetic-1-2
@@ -109,11 +107,6 @@ def error_text(out: str) -> str:
     j = next((k for k in range(tb[-1] + 1, len(lines)) if lines[k] and not lines[k].startswith(' ')), len(lines))
     return '\n'.join(lines[j:])
 
-def _memlab(*args) -> dict:
-    r = subprocess.run([MEMLAB, *map(str, args)], capture_output=True, text=True, env=ENV, timeout=TIMEOUT)
-    out = r.stdout + r.stderr
-    return dict(rc=r.returncode, out=out, err=error_text(out))
-
 @pytest.fixture(scope='module')
 def cli(tmp_path_factory):
     "Write every broken file and config, run `memlab run` on each (concurrently), return the outcomes."
@@ -135,9 +128,8 @@ def cli(tmp_path_factory):
         base = dict(BASE_CFG, dataset={'kind': 'instances', 'path': str(good)})
         job(('config', name), change if isinstance(change, str) else change(base), root / f'cfg-{name}.yaml', good)
     job(('ok', 'valid'), dict(BASE_CFG, dataset={'kind': 'instances', 'path': str(good)}), root / 'valid.yaml', good)
-    with ThreadPoolExecutor(4) as ex:
-        futs = {k: ex.submit(_memlab, 'run', j['cfg'], '--store', j['store']) for k, j in jobs.items()}
-        for k, f in futs.items(): jobs[k].update(f.result())
+    for k, j in jobs.items():                    # in this process: each case ends before any work (see tests/inproc.py)
+        r = memlab_main(['run', j['cfg'], '--store', j['store']]); j.update(r, err=error_text(r['out']))
     return jobs
 
 

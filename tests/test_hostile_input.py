@@ -387,16 +387,7 @@ def cli(tmp_path_factory):
         jobs['inspect-fifo'] = dict(futs['inspect-fifo'].result(), data=fifo, store=root / 'none')
     return jobs
 
-def _main(args) -> dict:
-    "`memlab ARGS` through `memlab.cli.main` in this process (as the console script runs it): exit code and output."
-    import contextlib, io
-    from memlab.cli import main
-    out, err, rc = io.StringIO(), io.StringIO(), 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try: main(list(map(str, args)))
-        except SystemExit as e: rc = e.code if isinstance(e.code, int) else 1
-        except BaseException as e: rc, _ = 1, err.write(f'Traceback (uncaught): {type(e).__name__}: {e}\n')
-    return dict(rc=rc, out=out.getvalue() + err.getvalue(), err=err.getvalue())
+from inproc import memlab_main as _main
 
 @pytest.mark.parametrize('name', list(CLI_CASES))
 def test_cli(cli, name):

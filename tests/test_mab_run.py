@@ -124,3 +124,17 @@ def test_prepared_memories_checkpoint_and_search_identically(spec, tmp_path):
     for q in INSTS[0].queries:
         a, b = built.search(q.question), loaded.search(q.question)
         assert [(e.session_id, e.text, round(e.score, 9)) for e in a] == [(e.session_id, e.text, round(e.score, 9)) for e in b]
+
+def test_cli_resumes_a_memorize_store(tmp_path):
+    "A MemoryAgentBench store (memorize-message history, checkpoints) resumes from the command line with the config it records."
+    st = run(cfg(checkpoint_memories=True, history={'name': 'memorize'}), INSTS, tmp_path / 'a', history=memorize_history, progress=False)
+    full = st.rollouts().set_index('rollout_id').sort_index()
+    keep = ResultsStore(tmp_path / 'a').rollout_records()[:10]   # an interrupted run: 10 of 36 rollouts stored
+    for s in (tmp_path / 'a' / 'rollouts').glob('*.parquet'): s.unlink()
+    ResultsStore(tmp_path / 'a').write_rollouts(keep)
+    memlab = str(Path(sys.executable).with_name('memlab'))
+    r = subprocess.run([memlab, 'resume', '--store', str(tmp_path / 'a')], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, 'MEMLAB_PROGRESS': '0'})
+    assert r.returncode == 0, r.stderr
+    got = ResultsStore(tmp_path / 'a').rollouts().set_index('rollout_id').sort_index()
+    assert list(got.index) == list(full.index) and got['answer'].equals(full['answer'])

@@ -115,3 +115,20 @@ def test_cli_resumes_a_notebook_store(tmp_path, dataset):
     got = ResultsStore(store).rollouts().set_index('rollout_id').sort_index()
     assert list(got.index) == list(full.index)
     assert got[['answer', 'n_calls', 'error']].equals(full[['answer', 'n_calls', 'error']])
+
+def test_notebook_retry_errors_parameter(tmp_path):
+    "`retry_errors=True` re-runs, in the notebook, the rollouts that failed; the failed attempts stay as history."
+    out = tmp_path / 'out'
+    env = {**os.environ, 'MEMLAB_OUT': str(out), 'MEMLAB_CACHE': str(tmp_path / 'cache.sqlite'), 'MEMLAB_PROGRESS': '0'}
+    params = 'backend: openai\nmodels: [loop-model]\nbase_url: {url}\nn_queries: 4\npool_size: 20\nladder: [0, 5, 10, 15, 20]\nmemories: [bm25]\n' \
+             'n_resamples: 20\nrun_name: retry\nretry_errors: {retry}'
+    with LoopbackServer('openai', fault_rate=0.15, faults=('401',), max_faults_per_body=10**6, seed=3) as srv:
+        p = papermill(tmp_path / 'a.ipynb', params.format(url=srv.url, retry='false'), env)
+        assert p.returncode == 0, p.stderr[-3000:]
+        store = ResultsStore(out / 'results' / 'scale_ladder' / 'runs' / 'retry')
+        n_err = int(store.rollouts()['error'].notna().sum())
+        assert n_err > 0, 'no rollout failed: the test would prove nothing'
+        srv.fault_rate = 0.0
+        p = papermill(tmp_path / 'b.ipynb', params.format(url=srv.url, retry='true'), env)
+        assert p.returncode == 0, p.stderr[-3000:]
+    assert store.rollouts()['error'].isna().all() and (store.rollouts(history=True)['attempt'] == 1).sum() == n_err

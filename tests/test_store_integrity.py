@@ -14,7 +14,7 @@ import yaml
 from hypothesis import given, settings, HealthCheck, strategies as st
 
 from loopback import LoopbackServer
-from memlab.core import Rollout, Trajectory, Step, Usage
+from memlab.core import Rollout, Score, Trajectory, Step, Usage
 from memlab.runner import ResultsStore, RunConfig, results_frame, check_store
 
 MEMLAB = str(Path(sys.executable).with_name('memlab'))
@@ -155,6 +155,26 @@ def test_records_round_trip_through_mixed_shards(tmp_path_factory, shards):
         want.update({r.rollout_id: r for r in shard})
         store.write_rollouts(shard)
     got = {r.rollout_id: r for r in store.rollout_records()}
+    assert got == want
+
+score_strategy = st.builds(
+    lambda i, label, sc, raw, run: Score(rollout_id=f'r{i}', judge='j', judge_model='m', prompt_hash='h', run=run, label=label,
+                                         correct={'CORRECT': True, 'WRONG': False}.get(label), score=sc, raw=raw),
+    st.integers(0, 10**6), st.sampled_from(['CORRECT', 'WRONG', 'unparsed', 'error']),
+    st.one_of(st.none(), st.floats(0, 1)), st.one_of(st.none(), st.text(max_size=20)), st.integers(0, 3))
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.lists(score_strategy, min_size=1, max_size=5), min_size=1, max_size=3))
+def test_scores_round_trip_through_mixed_shards(tmp_path_factory, shards):
+    store = ResultsStore(tmp_path_factory.mktemp('rs'))
+    want = {}
+    for shard in shards:
+        shard = list({(s.rollout_id, s.run): s for s in shard if (s.rollout_id, s.run) not in want}.values())
+        want.update({(s.rollout_id, s.run): s for s in shard})
+        store.write_scores(shard)
+        store.write_rollouts([Rollout(rollout_id=s.rollout_id, run_id='p', config_hash='h', section='s', dataset='d', instance_id='i',
+                                      query_id='q', policy='p', policy_label='l', memory='m', memory_family='flat') for s in shard])
+    got = {(s.rollout_id, s.run): s for s in store.score_records()}
     assert got == want
 
 def llm_config(tmp, url, name='llm', **backend) -> Path:
