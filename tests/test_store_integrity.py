@@ -274,16 +274,41 @@ def test_ctrl_c_keeps_finished_serial_rollouts(tmp_path, group):
     assert any(n % 50 for n in store_sizes), f'only whole buffers were kept: {store_sizes}'   # by chance: p = 1/2500
 
 def test_sigint_processes_run_keeps_finished_units(tmp_path, group):
-    cfg, store = config(tmp_path, n_inst=40, n_q=4), tmp_path / 'store'
+    "Ctrl-C stops a processes run at once: finished units are written, queued ones cancelled (no run to the end unsaved)."
+    cfg, store = config(tmp_path, n_inst=150, n_q=4), tmp_path / 'store'      # 300 units: about a minute of work
     p = group.start('run', cfg, '--store', store, '--executor', 'processes', '--workers', '2', tmp=tmp_path)
     assert wait_for(lambda: n_rows(store) >= 32, timeout=90)
-    p.send_signal(signal.SIGINT); _, err = p.communicate(timeout=WAIT)
-    assert p.returncode == 130, err
+    t = time.monotonic(); p.send_signal(signal.SIGINT); _, err = p.communicate(timeout=WAIT)
+    stopped = time.monotonic() - t
+    assert p.returncode == 130 and 'interrupted' in err, err
     kept = n_rows(store)
-    assert kept >= 32 and kept % 8 == 0                          # whole units (4 queries x 2 tiers), none torn
+    assert kept % 8 == 0 and kept < 150 * 4 * 4                  # whole units (4 queries x 2 tiers), none torn
+    assert stopped < 30, f'the runner went on for {stopped:.0f} s after Ctrl-C'   # before: it ran the whole queue, then dropped it
     assert wait_for(lambda: not session_members(p.pid), timeout=30)
     assert memlab('resume', cfg, '--store', store, tmp=tmp_path).returncode == 0
-    assert n_rows(store) == 40 * 4 * 4
+    assert n_rows(store) == 150 * 4 * 4 and ResultsStore(store).rollouts()['rollout_id'].is_unique
+
+class _Synchronous(__import__('concurrent.futures').futures.Executor):
+    "An executor that runs each unit at submit time: every unit has finished before the runner reads the first one."
+    def submit(self, fn, *args, **kw):
+        from concurrent.futures import Future
+        f = Future(); f.set_result(fn(*args, **kw)); return f
+
+class _InterruptedStore(ResultsStore):
+    "Ctrl-C arrives while the first shard is being written."
+    def write_rollouts(self, rollouts):
+        first = not (self.root / 'rollouts').is_dir()
+        super().write_rollouts(rollouts)
+        if first and rollouts: signal.raise_signal(signal.SIGINT)
+
+def test_interrupt_keeps_every_finished_unit(tmp_path):
+    "Units that finished before Ctrl-C are all written (before: every finished unit but the one being written was dropped)."
+    from memlab.runner import run, load_dataset
+    c = RunConfig.load(config(tmp_path, n_inst=5, n_q=3))
+    insts = load_dataset(c.dataset)
+    store = _InterruptedStore(tmp_path / 'store')
+    with pytest.raises(KeyboardInterrupt): run(c, insts, store, executor=_Synchronous(), progress=False)
+    assert len(ResultsStore(store.root).rollouts()) == 5 * 3 * 2 * 2     # all 10 units, though interrupted at the first
 
 def test_next_writer_removes_leftover_temp_files(tmp_path):
     cfg, store = config(tmp_path), tmp_path / 'store'
