@@ -341,37 +341,34 @@ def check_store(store: 'ResultsStore|str|Path', # the store to check
     "Problems of a store, one row per file or finding: damaged/foreign shards, leftover temp files, a damaged manifest, duplicate rows."
     store = store if isinstance(store, ResultsStore) else ResultsStore(store)
     rows = []
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore', StoreWarning)
-        for kind, key in (('rollouts', ROLLOUT_KEY), ('scores', SCORE_KEY)):
-            d = store.root / kind
-            for f in sorted(d.iterdir()) if d.is_dir() else []:
-                if f.name.startswith('part-') and f.suffix == '.parquet':
-                    _, problem = _shard_problem(f, [c for c in key if c != 'attempt'])
-                    if problem: rows.append(dict(path=str(f), problem=problem, file=True))
-                elif f.name.endswith('.tmp'): rows.append(dict(path=str(f), problem='temp file of a killed writer', file=True))
-                else: rows.append(dict(path=str(f), problem='foreign file (not a shard)', file=True))
-        for f in [*store.root.glob('.manifest*.tmp')]: rows.append(dict(path=str(f), problem='temp file of a killed writer', file=True))
-        if store.manifest_path.exists():
-            try: store.manifest()
-            except StoreError as e: rows.append(dict(path=str(store.manifest_path), problem=str(e).split(': ', 1)[1].split(';')[0], file=True))
-        else: rows.append(dict(path=str(store.manifest_path), problem='missing', file=False))
-        for kind, key in (('rollouts', ROLLOUT_KEY), ('scores', SCORE_KEY)):
-            frames = []
-            for f in sorted((store.root / kind).glob('part-*.parquet')):
-                df, problem = _shard_problem(f, [c for c in key if c != 'attempt'])
-                if df is not None: frames.append(df.assign(attempt=df['attempt'] if 'attempt' in df else 0))
-            n = int(pd.concat(frames).duplicated(key).sum()) if frames else 0
-            if n: rows.append(dict(path=str(store.root / kind), problem=f'{n} duplicate rows (readers count each once)', file=False))
+    def found(path, problem, file=True): rows.append(dict(path=str(path), problem=problem, file=file))
+    for kind, key in (('rollouts', ROLLOUT_KEY), ('scores', SCORE_KEY)):
+        d, frames = store.root / kind, []
+        for f in sorted(d.iterdir()) if d.is_dir() else []:
+            if f.name.startswith('part-') and f.suffix == '.parquet':
+                df, problem = _shard_problem(f, [c for c in key if c != 'attempt'], key)
+                if problem: found(f, problem)
+                else: frames.append(df.assign(attempt=df['attempt'] if 'attempt' in df else 0))
+            else: found(f, 'temp file of a killed writer' if f.name.endswith('.tmp') else 'foreign file (not a shard)')
+        n = int(pd.concat(frames).duplicated(key).sum()) if frames else 0
+        if n: found(d, f'{n} duplicate rows (readers count each once)', file=False)
+    for f in store.root.glob('.manifest*.tmp'): found(f, 'temp file of a killed writer')
+    if not store.manifest_path.exists(): found(store.manifest_path, 'missing', file=False)
+    else:
+        try: store.manifest()
+        except StoreError as e: found(store.manifest_path, str(e).split(': ', 1)[1].split(';')[0])
     out = pd.DataFrame(rows, columns=['path', 'problem', 'file'])
     if quarantine and out['file'].any():
         with store.writing():
-            q = store.root / 'quarantine'; q.mkdir(exist_ok=True)
-            for p in out.loc[out['file'], 'path']:
-                src = Path(p)
-                if src.exists(): os.replace(src, q / f"{src.relative_to(store.root).as_posix().replace('/', '__')}.{time.time_ns()}")
+            for p in out.loc[out['file'], 'path']: _set_aside(store, Path(p))
         out['action'] = out['file'].map({True: 'moved to quarantine/', False: ''})
     return out
+
+def _set_aside(store: 'ResultsStore', path: Path):
+    "Move a damaged file of the store to <store>/quarantine/ (the writer holds the lock)."
+    if not path.exists(): return                      # a temp file the lock's clean-up already removed
+    q = store.root / 'quarantine'; q.mkdir(exist_ok=True)
+    os.replace(path, q / f"{path.relative_to(store.root).as_posix().replace('/', '__')}.{time.time_ns()}")
 
 # %% ../nbs/07_runner.ipynb #7a35f750
 PACKAGES = ('numpy', 'pandas', 'pyarrow', 'scipy', 'statsmodels', 'rank-bm25', 'bm25s', 'rouge-score', 'nltk',
@@ -651,11 +648,11 @@ def run(cfg: RunConfig|dict|str, # the run config (or a dict / YAML path)
     hist = history.info() if hasattr(history, 'info') else {'name': getattr(history, '__qualname__', type(history).__name__)}
     old = _store_identity(store, cfg, hist)
     if old is not None and not plan_units(cfg, instances, store.rollouts(columns=['error']), retry_errors): return store   # nothing to write
-    if check_backends: preflight(policies)
+    if check_backends: preflight(policies, build_judge(cfg.judge) if 'backend' in cfg.judge else None)
     with store.writing(wait):
         old = _store_identity(store, cfg, hist)                   # again: another writer may have finished meanwhile
         if old is None and store.manifest_path.exists():          # damaged: set aside, a new one is written below
-            check_store(store, quarantine=True)
+            _set_aside(store, store.manifest_path)
         stored = store.rollouts(columns=['error'])
         units = plan_units(cfg, instances, stored, retry_errors)
         man = make_manifest(cfg, instances, policies, memories, hist)
