@@ -42,22 +42,23 @@ def make_executor(kind: str, # serial | threads | processes | dask
                   dask_address: Optional[str]=None, # scheduler address of a running Dask cluster
                   threads: int=1 # threads per LocalCluster worker process
                  ):
-    "A concurrent.futures executor (None for serial) and a closer."
-    if kind == 'serial': return None, lambda: None
+    "A concurrent.futures executor (None for serial) and its closer `close(interrupted=False)` (interrupted: cancel queued units)."
+    if kind == 'serial': return None, lambda interrupted=False: None
+    stop = lambda ex: lambda interrupted=False: ex.shutdown(wait=not interrupted, cancel_futures=interrupted)
     if kind == 'threads':
         from concurrent.futures import ThreadPoolExecutor
-        ex = ThreadPoolExecutor(workers); return ex, ex.shutdown
+        ex = ThreadPoolExecutor(workers); return ex, stop(ex)
     if kind == 'processes':
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
         ex = ProcessPoolExecutor(workers, mp_context=mp.get_context('spawn'), initializer=die_with_parent, initargs=(os.getpid(),))
-        return ex, ex.shutdown
+        return ex, stop(ex)
     if kind == 'dask':
         try: from distributed import Client, LocalCluster
         except ImportError: raise SystemExit('memlab: --executor dask needs dask.distributed (pip install "memlab[dev]")')
         client = Client(dask_address) if dask_address else Client(LocalCluster(n_workers=workers, threads_per_worker=threads,
                                                                                dashboard_address=None, host='127.0.0.1'))
-        return client.get_executor(), client.close
+        return client.get_executor(), lambda interrupted=False: client.close()
     raise SystemExit(f'memlab: unknown executor {kind!r}')
 
 def _report_errors(store: ResultsStore, max_rate: float) -> int:
@@ -81,15 +82,12 @@ def _cmd_run(a, resume=False):
     else: cfg = RunConfig.load(a.config)
     store = ResultsStore(a.store or default_store(cfg))
     if resume and not store.manifest_path.exists() and not (store.root / 'rollouts').is_dir():
-        raise SystemExit(f'memlab resume: no run at {store.root}; use memlab run')
+        raise RecordError(f'{store.root}: no run to resume here; use memlab run')
     insts = load_dataset(cfg.dataset)
     ex, close = make_executor(a.executor, a.workers, a.dask_address, a.threads)
-    done = False
-    try: run(cfg, insts, store, executor=ex, retry_errors=a.retry_errors, wait=a.wait, check_backends=not a.no_preflight); done = True
-    finally:
-        if done or ex is None: close()
-        elif hasattr(ex, 'shutdown'): ex.shutdown(wait=False, cancel_futures=True)   # interrupted: do not wait for running units
-        else: close()
+    try: run(cfg, insts, store, executor=ex, retry_errors=a.retry_errors, wait=a.wait, check_backends=not a.no_preflight)
+    except BaseException: close(interrupted=True); raise      # do not wait for queued units: finished ones are stored
+    close()
     ro = store.rollouts(columns=['error'])
     print(f'{cfg.name}: {len(ro)} rollouts in {store.root} ({int(ro["error"].notna().sum()) if len(ro) else 0} with errors)')
     rc = _report_errors(store, a.max_error_rate)
@@ -154,6 +152,12 @@ def _inspect_mab(a):
     print(t.to_string(index=False))
     print('quirks: ' + '; '.join(f'{k} {v}' for k, v in at['quirks'].items()))
 
+def _rate(v: str) -> float:
+    try: x = float(v)
+    except ValueError: x = float('nan')
+    if not 0 <= x <= 1: raise argparse.ArgumentTypeError(f'must be a share between 0 and 1, not {v}')
+    return x
+
 def _positive_int(v: str) -> int:
     n = int(v)
     if n < 1: raise argparse.ArgumentTypeError(f'must be a positive integer, not {v}')
@@ -189,7 +193,7 @@ def parser() -> argparse.ArgumentParser:
         r.add_argument('--score', action='store_true', help='score with the config judge afterwards')
         r.add_argument('--retry-errors', action='store_true', help='re-run rollouts that ended in an error (earlier attempts are kept)')
         r.add_argument('--wait', action='store_true', help='wait while another writer holds the store (default: exit 2)')
-        r.add_argument('--max-error-rate', type=float, default=0.0, metavar='RATE',
+        r.add_argument('--max-error-rate', type=_rate, default=0.0, metavar='RATE',
                        help='exit 1 when more than this share of rollouts ended in an error (default 0)')
         r.add_argument('--no-preflight', action='store_true', help='skip the key and one-request check of model backends')
     s = sub.add_parser('score', help='judge stored rollouts (never regenerates answers)')
