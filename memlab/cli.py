@@ -7,23 +7,15 @@ from __future__ import annotations
 import argparse, os, signal, sys
 from pathlib import Path
 from typing import Optional
-import pandas as pd
-from .runner import (RunConfig, ResultsStore, StoreError, run, score, results_frame, estimate, load_dataset, project_root,
-                           error_summary, check_store, PASS_KEY)
-from .redact import redact
-from .stats import bootstrap_table
-from .core import RecordError
-from .cache import CacheError
-from .data import LOADERS, LME_LAYOUTS, inspect_dataset
-from .mab import inspect_memoryagentbench   # also registers the 'memoryagentbench' loader in LOADERS
-import memlab.scale                                # registers the scale-ladder history (`memlab resume --store`)
+# everything else is imported by the command that needs it: `memlab --help` and bad arguments answer at once
 
 # %% auto #0
 __all__ = ['DATA_INSPECTORS', 'default_store', 'die_with_parent', 'make_executor', 'parser', 'main']
 
 # %% ../nbs/09_cli.ipynb #d478936d
-def default_store(cfg: RunConfig) -> Path:
+def default_store(cfg: 'RunConfig') -> Path:
     "results/<section>/runs/<name>/ under the project root."
+    from memlab.runner import project_root
     return project_root() / 'results' / cfg.section / 'runs' / cfg.name
 
 def die_with_parent(parent: Optional[int]=None # the runner's PID (`os.getpid()` when the pool was made)
@@ -61,8 +53,9 @@ def make_executor(kind: str, # serial | threads | processes | dask
         return client.get_executor(), lambda interrupted=False: client.close()
     raise SystemExit(f'memlab: unknown executor {kind!r}')
 
-def _report_errors(store: ResultsStore, max_rate: float) -> int:
+def _report_errors(store: 'ResultsStore', max_rate: float) -> int:
     "Print errored rollouts by cause on stderr; 1 when their share exceeds `max_rate`, else 0."
+    from memlab.runner import error_summary
     ro = store.rollouts(columns=['error']); es = error_summary(ro)
     if not len(es): return 0
     n = int(es['count'].sum())
@@ -76,6 +69,8 @@ def _report_errors(store: ResultsStore, max_rate: float) -> int:
     return 0
 
 def _cmd_run(a, resume=False):
+    from memlab.runner import RunConfig, ResultsStore, run, load_dataset
+    from memlab.core import RecordError
     if a.config is None:                            # `memlab resume --store STORE`: the config recorded in the store
         if not (resume and a.store): raise RecordError('memlab run: give a CONFIG (resume takes --store STORE instead)')
         cfg = RunConfig.load(ResultsStore(a.store).manifest()['config'])
@@ -94,22 +89,47 @@ def _cmd_run(a, resume=False):
     if a.score: _score(store, insts, None, None, a.wait)
     if rc: raise SystemExit(rc)
 
-def _score(store, insts, judge, runs, wait=False):
-    agg = score(store, insts, judge={'name': judge} if judge else None, n_runs=runs, wait=wait)
+def _judge_spec(a, cfg) -> Optional[dict]:
+    "The judge `score` uses: --judge (and its backend options), else the config's; one line when it cannot be built."
+    from memlab.judge import JUDGES
+    from memlab.core import RecordError
+    import inspect
+    if not (getattr(a, 'judge', None) or getattr(a, 'judge_model', None)): return None
+    name = a.judge or cfg.judge['name']
+    if name not in JUDGES: raise RecordError(f"--judge: unknown judge {name!r}; registered: {sorted(JUDGES)}")
+    spec = {'name': name}
+    needs = 'complete' in inspect.signature(JUDGES[name]).parameters
+    if a.judge_model:
+        if not needs: raise RecordError(f"--judge-model: judge {name!r} calls no model")
+        spec['backend'] = {'name': a.judge_backend, 'model': a.judge_model,
+                           **({'base_url': a.base_url} if a.base_url else {}), **({'api_key_env': a.api_key_env} if a.api_key_env else {})}
+    elif needs and inspect.signature(JUDGES[name]).parameters['complete'].default is inspect.Parameter.empty:
+        if name == cfg.judge.get('name') and 'backend' in cfg.judge: spec = dict(cfg.judge)
+        else: raise RecordError(f"--judge {name}: this judge calls a model: pass --judge-model (and --base-url for a local server)")
+    return spec
+
+def _score(store, insts, judge: Optional[dict], runs, wait=False):
+    from memlab.runner import score, PASS_KEY
+    agg = score(store, insts, judge=judge, n_runs=runs, wait=wait)
     print(f'scored: {agg["rollout_id"].nunique()} rollouts x {agg.groupby(PASS_KEY).ngroups} judge pass(es); '
           f'unparsed {int(agg["n_unparsed"].sum())}, errors {int(agg["n_error"].sum())}')
 
 def _cmd_score(a):
+    from memlab.runner import RunConfig, ResultsStore, load_dataset
     store = ResultsStore(a.store); cfg = RunConfig.load(store.manifest()['config'])
-    _score(store, load_dataset(cfg.dataset), a.judge, a.runs, a.wait)
+    _score(store, load_dataset(cfg.dataset), _judge_spec(a, cfg), a.runs, a.wait)
 
 def _cmd_check(a):
+    from memlab.runner import check_store
     t = check_store(a.store, quarantine=a.quarantine)
     if not len(t): print(f'{a.store}: no problems found'); return
     print(t.drop(columns=['file']).to_string(index=False))
     if not a.quarantine and t['file'].any(): raise SystemExit(1)
 
 def _cmd_report(a):
+    from memlab.runner import results_frame
+    from memlab.stats import bootstrap_table
+    from memlab.core import RecordError
     if not Path(a.store).is_dir(): raise RecordError(f'{a.store}: no such store')
     df = results_frame(a.store)
     by = a.by.split(',') if a.by else ['policy', 'memory'] + [c for c in df.columns if c.startswith('cond_')]
@@ -122,6 +142,7 @@ def _cmd_report(a):
     if a.csv: t.to_csv(a.csv, index=False)
 
 def _cmd_estimate(a):
+    from memlab.runner import RunConfig, estimate, load_dataset
     cfg = RunConfig.load(a.config)
     e = estimate(cfg, load_dataset(cfg.dataset))
     print(e.to_string(index=False))
@@ -132,7 +153,12 @@ def _cmd_estimate(a):
 
 def _cmd_reproduce(a):
     import papermill as pm
+    from memlab.runner import project_root
+    from memlab.core import RecordError
     nbs = project_root() / 'nbs' / 'sections'
+    known = sorted(nb.stem for nb in nbs.glob('*.ipynb'))
+    unknown = sorted(set(a.section or []) - set(known))
+    if unknown: raise RecordError(f'--section: no section notebook {unknown}; sections: {known}')
     for nb in sorted(nbs.glob('*.ipynb')):
         if a.section and nb.stem not in a.section: continue
         params = nb.with_suffix('.full.yaml')
@@ -143,6 +169,7 @@ def _cmd_reproduce(a):
                             kernel_name='python3', cwd=str(nbs), progress_bar=False)
 
 def _inspect_mab(a):
+    from memlab.mab import inspect_memoryagentbench
     t = inspect_memoryagentbench(a.file, source=a.source, chunk_size=a.chunk_size, sha256=a.sha256)
     at = t.attrs
     print(f"{at['path']}: memoryagentbench")
@@ -169,6 +196,11 @@ def _cmd_data(a):
     for opt, kind in (('layout', 'longmemeval'), ('source', 'memoryagentbench'), ('chunk_size', 'memoryagentbench')):
         if getattr(a, opt) is not None and a.kind != kind:
             print(f"memlab: --{opt.replace('_', '-')} applies to {kind} files only", file=sys.stderr); raise SystemExit(2)
+    from memlab.data import LOADERS, LME_LAYOUTS, inspect_dataset
+    from memlab.core import RecordError
+    import memlab.mab                             # registers the 'memoryagentbench' loader in LOADERS
+    if a.kind not in LOADERS: raise RecordError(f'data inspect: unknown kind {a.kind!r}; known: {sorted(LOADERS)}')
+    if a.layout is not None and a.layout not in LME_LAYOUTS: raise RecordError(f'--layout: {a.layout!r} is not one of {list(LME_LAYOUTS)}')
     if a.kind in DATA_INSPECTORS: return DATA_INSPECTORS[a.kind](a)
     kw = {'layout': a.layout} if a.layout else {}
     t = inspect_dataset(a.kind, a.file, sha256=a.sha256, **kw)
@@ -179,38 +211,69 @@ def _cmd_data(a):
 
 def parser() -> argparse.ArgumentParser:
     "The memlab command-line parser."
-    p = argparse.ArgumentParser(prog='memlab', description='Evaluate the memory of LLM agents.')
-    sub = p.add_subparsers(dest='cmd', required=True)
-    for name, hlp in (('run', 'generate the rollouts of a config (finished ones are skipped)'),
-                      ('resume', 'continue an interrupted run of a config')):
-        r = sub.add_parser(name, help=hlp)
+    import memlab
+    p = argparse.ArgumentParser(prog='memlab', description='Evaluate the memory of LLM agents.',
+                                epilog='Exit status: 0 done, 1 errors above --max-error-rate or problems found by check, '
+                                       '2 bad input (one line naming the file and field), 130 Ctrl-C, 143 SIGTERM.')
+    p.add_argument('--version', action='version', version=f'memlab {memlab.__version__}')
+    sub = p.add_subparsers(dest='cmd', required=True, metavar='COMMAND')
+    ex = lambda *lines: 'example:\n  ' + '\n  '.join(lines)
+    fmt = argparse.RawDescriptionHelpFormatter
+    for name, hlp, eg in (('run', 'generate the rollouts of a config (finished ones are skipped)',
+                           ex('memlab run run.yaml --executor threads --workers 16 --score')),
+                          ('resume', 'continue an interrupted run of a config',
+                           ex('memlab resume run.yaml --retry-errors', 'memlab resume --store results/scale_ladder/runs/scale-ladder-small'))):
+        r = sub.add_parser(name, help=hlp, description=hlp, epilog=eg, formatter_class=fmt)
         r.add_argument('config', nargs='?' if name == 'resume' else None,
                        help='run config (YAML)' + ('; omitted: the config recorded in --store (e.g. a section notebook\'s run)' if name == 'resume' else ''))
         r.add_argument('--store', help='run folder (default results/<section>/runs/<name>)')
-        r.add_argument('--executor', default='serial', choices=['serial', 'threads', 'processes', 'dask'])
-        r.add_argument('--workers', type=int, default=4); r.add_argument('--dask-address')
-        r.add_argument('--threads', type=int, default=1, help='threads per dask LocalCluster worker process')
+        r.add_argument('--executor', default='serial', choices=['serial', 'threads', 'processes', 'dask'],
+                       help='where units run: serial (default), threads (API-bound), processes (offline), dask')
+        r.add_argument('--workers', type=_positive_int, default=4, help='threads, processes or LocalCluster workers (default 4)')
+        r.add_argument('--dask-address', help='scheduler of a running Dask cluster, e.g. tcp://host:8786')
+        r.add_argument('--threads', type=_positive_int, default=1, help='threads per dask LocalCluster worker process (default 1)')
         r.add_argument('--score', action='store_true', help='score with the config judge afterwards')
         r.add_argument('--retry-errors', action='store_true', help='re-run rollouts that ended in an error (earlier attempts are kept)')
         r.add_argument('--wait', action='store_true', help='wait while another writer holds the store (default: exit 2)')
         r.add_argument('--max-error-rate', type=_rate, default=0.0, metavar='RATE',
                        help='exit 1 when more than this share of rollouts ended in an error (default 0)')
         r.add_argument('--no-preflight', action='store_true', help='skip the key and one-request check of model backends')
-    s = sub.add_parser('score', help='judge stored rollouts (never regenerates answers)')
-    s.add_argument('store'); s.add_argument('--judge'); s.add_argument('--runs', type=_positive_int)
+    h = 'judge stored rollouts (never regenerates answers)'
+    s = sub.add_parser('score', help=h, description=h, formatter_class=fmt,
+                       epilog=ex('memlab score STORE --runs 3', 'memlab score STORE --judge longmemeval --judge-model gpt-4o-mini',
+                                 'memlab score STORE --judge llm-a3 --judge-model qwen3-8b --base-url http://localhost:8000/v1'))
+    s.add_argument('store', help='a run folder (results/<section>/runs/<name>)')
+    s.add_argument('--judge', help="a registered judge (default: the config's), e.g. offline-match, llm-a3, longmemeval")
+    s.add_argument('--judge-model', help='the model an LLM judge calls; a new model is a new scoring pass')
+    s.add_argument('--judge-backend', default='openai', help='backend of --judge-model: openai (any compatible server) or anthropic')
+    s.add_argument('--base-url', help='OpenAI-compatible server of --judge-model, e.g. http://localhost:8000/v1')
+    s.add_argument('--api-key-env', help="environment variable holding the judge's key (default: the backend's)")
+    s.add_argument('--runs', type=_positive_int, help="judge runs per rollout (default: the config's judge_runs); only missing runs are made")
     s.add_argument('--wait', action='store_true', help='wait while another writer holds the store (default: exit 2)')
-    c = sub.add_parser('check', help='list damaged, foreign and leftover files and duplicate rows of a store')
-    c.add_argument('store'); c.add_argument('--quarantine', action='store_true', help='move damaged files to STORE/quarantine/')
-    r = sub.add_parser('report', help='accuracy with task-level bootstrap CIs')
-    r.add_argument('store'); r.add_argument('--by'); r.add_argument('--csv'); r.add_argument('--resamples', type=int, default=1000)
-    e = sub.add_parser('estimate', help='calls, tokens and cost before spending anything')
-    e.add_argument('config')
-    r = sub.add_parser('reproduce', help='run every section notebook with its full-size parameters')
-    r.add_argument('--section', action='append')
+    h = 'list damaged, foreign and leftover files and duplicate rows of a store'
+    c = sub.add_parser('check', help=h, description=h, formatter_class=fmt, epilog=ex('memlab check STORE --quarantine'))
+    c.add_argument('store', help='a run folder'); c.add_argument('--quarantine', action='store_true', help='move damaged files to STORE/quarantine/')
+    h = 'accuracy with task-level bootstrap CIs'
+    r = sub.add_parser('report', help=h, description=h, formatter_class=fmt, epilog=ex('memlab report STORE --by policy,memory --csv acc.csv'))
+    r.add_argument('store', help='a run folder (read only: works on read-only stores)')
+    r.add_argument('--by', help='comma-separated grouping columns (default: policy, memory and the condition columns)')
+    r.add_argument('--csv', help='also write the table to this CSV file')
+    r.add_argument('--resamples', type=_positive_int, default=1000, help='bootstrap resamples (default 1000)')
+    h = 'calls, tokens and cost before spending anything'
+    e = sub.add_parser('estimate', help=h, description=h, formatter_class=fmt, epilog=ex('memlab estimate run.yaml'))
+    e.add_argument('config', help='run config (YAML)')
+    h = 'run every section notebook with its full-size parameters'
+    r = sub.add_parser('reproduce', help=h, description=h, formatter_class=fmt, epilog=ex('memlab reproduce --section walkthrough'))
+    r.add_argument('--section', action='append', help='only this section notebook (repeatable), e.g. scale_ladder')
     d = sub.add_parser('data', help='benchmark data files (LongMemEval, LoCoMo, MemoryAgentBench)')
-    i = d.add_subparsers(dest='data_cmd', required=True).add_parser('inspect', help='summary of a data file: records, sessions, turns, questions, tokens')
-    i.add_argument('kind', choices=sorted(LOADERS)); i.add_argument('file')
-    i.add_argument('--sha256', help='expected sha256 of the file'); i.add_argument('--layout', choices=LME_LAYOUTS)
+    h = 'summary of a data file: records, sessions, turns, questions, tokens'
+    i = d.add_subparsers(dest='data_cmd', required=True).add_parser(
+        'inspect', help=h, description=h, formatter_class=fmt,
+        epilog=ex('memlab data inspect longmemeval longmemeval_s_cleaned.json', 'memlab data inspect memoryagentbench Conflict_Resolution.parquet --source CR'))
+    i.add_argument('kind', help='longmemeval, locomo, memoryagentbench (or another registered loader)')
+    i.add_argument('file', help='the data file')
+    i.add_argument('--sha256', help='expected sha256 of the file')
+    i.add_argument('--layout', help='longmemeval: s, m or oracle (default: from the file name)')
     i.add_argument('--source', help='memoryagentbench: a metadata.source, competency (AR, TTL, LRU, CR) or task name')
     i.add_argument('--chunk-size', type=_positive_int, help='memoryagentbench: tokens per chunk (default: Table 15 by source)')
     return p
@@ -220,7 +283,11 @@ def main(argv: Optional[list]=None):
     a = parser().parse_args(argv)
     cmd = {'run': _cmd_run, 'resume': lambda a: _cmd_run(a, resume=True), 'score': _cmd_score, 'report': _cmd_report,
            'estimate': _cmd_estimate, 'reproduce': _cmd_reproduce, 'data': _cmd_data, 'check': _cmd_check}[a.cmd]
+    from memlab.core import RecordError
+    from memlab.cache import CacheError
+    from memlab.runner import StoreError
     from memlab.llm import PreflightError
+    from memlab.redact import redact
     got = []
     def terminate(n, f): got.append(n); raise KeyboardInterrupt   # SIGTERM: stop like Ctrl-C, keeping finished work
     old = signal.signal(signal.SIGTERM, terminate)
