@@ -52,13 +52,14 @@ nbval: install
 test: check-export check-clean nbdev-test pytest nbval
 	@echo "make test: all checks passed"
 
-# Batch-run every section notebook with its full-size parameter file into results/ and figures/.
+# Batch-run every section notebook with its full-size parameter file into results/ and figures/: the only target that
+# writes them (MEMLAB_OUT=the project root); any other run of a section notebook writes under build/.
 reproduce: install
 	@for nb in $(SECTIONS); do \
 	  name=$$(basename $$nb .ipynb); params=nbs/sections/$$name.full.yaml; \
 	  rm -rf results/$$name/runs; mkdir -p results/$$name; \
 	  echo "== $$name ($$params)"; \
-	  $(BIN)/papermill -k python3 --cwd nbs/sections $$nb results/$$name/report.ipynb \
+	  MEMLAB_OUT=$(CURDIR) $(BIN)/papermill -k python3 --cwd nbs/sections $$nb results/$$name/report.ipynb \
 	    $$( [ -f $$params ] && echo "-f $$params" ) --log-level WARNING; \
 	done
 	@echo "make reproduce: results/ and figures/ regenerated"

@@ -159,6 +159,7 @@ def _cmd_reproduce(a):
     known = sorted(nb.stem for nb in nbs.glob('*.ipynb'))
     unknown = sorted(set(a.section or []) - set(known))
     if unknown: raise RecordError(f'--section: no section notebook {unknown}; sections: {known}')
+    os.environ['MEMLAB_OUT'] = str(project_root())   # the one command (with `make reproduce`) that writes results/ and figures/
     for nb in sorted(nbs.glob('*.ipynb')):
         if a.section and nb.stem not in a.section: continue
         params = nb.with_suffix('.full.yaml')

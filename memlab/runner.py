@@ -139,10 +139,10 @@ def project_root(start: Optional[Path]=None) -> Path:
     return p
 
 def output_dirs(section: str, # section name, e.g. 'walkthrough'
-                out_root: Optional[str|Path]=None # default: $MEMLAB_OUT, else the project root
+                out_root: Optional[str|Path]=None # default: $MEMLAB_OUT, else build/ under the project root
                ) -> tuple[Path, Path]:
-    "(results dir, figures dir) for a section, created if missing."
-    root = Path(out_root or os.environ.get('MEMLAB_OUT') or project_root())
+    "(results dir, figures dir) for a section, created if missing; the committed ones only when asked (`make reproduce`)."
+    root = Path(out_root or os.environ.get('MEMLAB_OUT') or project_root() / 'build')
     res, fig = root / 'results' / section, root / 'figures' / section
     res.mkdir(parents=True, exist_ok=True); fig.mkdir(parents=True, exist_ok=True)
     return res, fig

@@ -363,7 +363,7 @@ def check_params(**params):
     if not isinstance(rn, str) or not rn or rn in ('.', '..') or '/' in rn or '\\' in rn:
         _bad("'run_name'", f'must be a non-empty folder name (no path separators), got {rn!r}')
     if p['out_root'] is not None and not (isinstance(p['out_root'], (str, os.PathLike)) and str(p['out_root'])):
-        _bad("'out_root'", f'must be None ($MEMLAB_OUT or the project root) or a folder path, got {p["out_root"]!r}')
+        _bad("'out_root'", f'must be None ($MEMLAB_OUT, else build/) or a folder path, got {p["out_root"]!r}')
     if (not real or p['dataset'] == 'locomo' and p['pool_path'] is None) and p['pool_size'] < lad[-1]:
         _bad("'pool_size'", f'the synthetic pool must hold at least the largest rung of the ladder ({lad[-1]}), got {p["pool_size"]!r}')
 
