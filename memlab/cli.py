@@ -284,9 +284,10 @@ def main(argv: Optional[list]=None):
     a = parser().parse_args(argv)
     cmd = {'run': _cmd_run, 'resume': lambda a: _cmd_run(a, resume=True), 'score': _cmd_score, 'report': _cmd_report,
            'estimate': _cmd_estimate, 'reproduce': _cmd_reproduce, 'data': _cmd_data, 'check': _cmd_check}[a.cmd]
-    from memlab.core import RecordError
+    from memlab.core import RecordError, load_plugins
     from memlab.cache import CacheError
     from memlab.runner import StoreError
+    load_plugins()                                  # installed plugins register before any command looks a name up
     from memlab.llm import PreflightError
     from memlab.redact import redact
     got = []

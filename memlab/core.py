@@ -13,11 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, crea
 
 # %% auto #0
 __all__ = ['TOKENIZER', 'PosInt', 'NonNegInt', 'NonNegFloat', 'UnitFloat', 'NonEmptyStr', 'DATE_FORMATS', 'OFFLINE_LABEL',
-           'MAX_FILE_BYTES', 'canonical_json', 'stable_hash', 'count_tokens', 'RecordError', 'parse_date', 'date_key',
-           'Record', 'Turn', 'Session', 'QueryView', 'Query', 'Instance', 'Evidence', 'Usage', 'Step', 'Trajectory',
-           'Rollout', 'Score', 'Registry', 'max_file_bytes', 'check_regular_file', 'read_bounded', 'validate_record',
-           'read_json_records', 'load_records', 'StrictYAMLLoader', 'load_yaml', 'check_dates', 'check_histories',
-           'validate_params', 'validate_args']
+           'PLUGIN_GROUP', 'MAX_FILE_BYTES', 'canonical_json', 'stable_hash', 'count_tokens', 'RecordError',
+           'parse_date', 'date_key', 'Record', 'Turn', 'Session', 'QueryView', 'Query', 'Instance', 'Evidence', 'Usage',
+           'Step', 'Trajectory', 'Rollout', 'Score', 'Registry', 'load_plugins', 'max_file_bytes', 'check_regular_file',
+           'read_bounded', 'validate_record', 'read_json_records', 'load_records', 'StrictYAMLLoader', 'load_yaml',
+           'check_dates', 'check_histories', 'validate_params', 'validate_args']
 
 # %% ../nbs/00_core.ipynb #d937a728
 def canonical_json(obj: Any) -> str:
@@ -279,13 +279,31 @@ class Registry(dict):
         return deco
 
     def get_impl(self, name: str):
-        "The implementation registered as `name`, or an error listing what is registered."
+        "The implementation registered as `name` (installed plugins are loaded first if it is missing), or an error listing what is registered."
+        if name not in self: load_plugins()
         try: return self[name]
         except KeyError: raise KeyError(f'unknown {self.kind} {name!r}; registered: {sorted(self)}') from None
 
     def make(self, name: str, **kw):
         "Instantiate the implementation registered as `name`."
         return self.get_impl(name)(**kw)
+
+# %% ../nbs/00_core.ipynb #d1f629ae
+PLUGIN_GROUP = 'memlab.plugins'   # entry-point group of installed packages that register implementations
+_PLUGINS: dict = {}               # entry point name -> 'loaded' or the error it raised (each is imported once per process)
+
+def load_plugins(group: str=PLUGIN_GROUP # the entry-point group
+                ) -> dict:
+    "Import every installed plugin module of `group` (they register into memlab's registries); returns name -> status."
+    import importlib.metadata as md, warnings
+    for ep in md.entry_points(group=group):
+        if ep.name in _PLUGINS: continue
+        _PLUGINS[ep.name] = 'loading'
+        try: ep.load(); _PLUGINS[ep.name] = 'loaded'
+        except Exception as e:
+            _PLUGINS[ep.name] = f'{type(e).__name__}: {e}'
+            warnings.warn(f'memlab plugin {ep.name!r} ({ep.value}) failed to load and is skipped: {_PLUGINS[ep.name]}', stacklevel=2)
+    return dict(_PLUGINS)
 
 # %% ../nbs/00_core.ipynb #59e6444d
 MAX_FILE_BYTES = 4 << 30   # files read whole are at most this large (4 GiB; LongMemEval _m is about 2.7 GB); $MEMLAB_MAX_FILE_BYTES overrides

@@ -16,7 +16,8 @@ from pydantic import ConfigDict, Field, field_validator
 from .redact import redact, redact_obj
 import memlab
 from .core import (Record, Registry, Instance, Session, Query, Rollout, Score, stable_hash, canonical_json, count_tokens, TOKENIZER,
-                         validate_record, RecordError, load_yaml, validate_args, validate_params, check_dates, check_histories, PosInt)
+                         validate_record, RecordError, load_yaml, validate_args, validate_params, check_dates, check_histories, PosInt,
+                         load_plugins)
 from .memory import make_memory, check_parity, MEMORIES, HISTORIES   # HISTORIES: `history(instance, condition)` builders
 from .agent import make_policy, run_loop, POLICIES
 from .judge import make_judge, judge_many, scores_frame, aggregate_runs
@@ -95,6 +96,7 @@ def _check_spec(registry, spec, where: str, source: str,
 
 def validate_config(cfg: 'RunConfig', source: str='<config>') -> 'RunConfig':
     "Check every policy, memory, backend, judge and dataset name against the registries; errors name file and field."
+    load_plugins()                                  # installed packages' memories, policies, judges, datasets
     from memlab.judge import JUDGES
     from memlab.llm import BACKENDS
     for i, p in enumerate(cfg.policies):
