@@ -17,6 +17,7 @@ setuptools.setup(
     install_requires=reqs('requirements'),
     extras_require={'dev': reqs('dev_requirements'), 'dense': reqs('dense_requirements')},
     entry_points={'console_scripts': cfg.get('console_scripts', '').split(),
-                  'nbdev': [f"{cfg['lib_path']}={cfg['lib_path']}._modidx:d"]},
+                  'nbdev': [f"{cfg['lib_path']}={cfg['lib_path']}._modidx:d"],
+                  'memlab.plugins': cfg.get('plugins', '').split()},
     zip_safe=False,
 )
