@@ -8,9 +8,8 @@ import json, os, platform, re, signal, subprocess, sys, threading, time, uuid, w
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Optional
 import pandas as pd
-import yaml
 from tqdm.auto import tqdm
 from pydantic import ConfigDict, Field, field_validator
 from .redact import redact, redact_obj
@@ -20,7 +19,7 @@ from .core import (Record, Registry, Instance, Session, Query, Rollout, Score, s
                          load_plugins)
 from .memory import make_memory, check_parity, MEMORIES, HISTORIES   # HISTORIES: `history(instance, condition)` builders
 from .agent import make_policy, run_loop, POLICIES
-from .judge import make_judge, judge_many, scores_frame, aggregate_runs
+from .judge import make_judge, judge_many, aggregate_runs
 import memlab.reader, memlab.llm  # register the built-in policies (offline reader, LLM) and backends
 import memlab.planar, memlab.graph  # register the planar and hierarchical memory interfaces
 import memlab.mab_agents  # register the MemoryAgentBench policies (mab-reader, mab-llm) and judge (mab-metric)
@@ -791,19 +790,14 @@ def judge_passes(store: ResultsStore, # a store
         out.append(e)
     return out
 
-def _todo_scores(store: ResultsStore, j, n_runs: int, qs: dict) -> list:
-    "(Rollout, Query, missing run indices) for every current rollout this pass has not judged `n_runs` times."
+def _missing_runs(store: ResultsStore, j, n_runs: int) -> dict:
+    "rollout id -> the run indices this pass (judge, model, prompt) has not judged, for every current rollout (keys only are read)."
     sc = store.scores()
     mine = sc[(sc['judge'] == j.name) & (sc['judge_model'] == j.model) & (sc['prompt_hash'] == j.prompt_hash)] if len(sc) else sc
     have = set(zip(mine['rollout_id'], mine['attempt'].astype(int), mine['run'].astype(int))) if len(mine) else set()
-    todo = []
-    for r in store.rollout_records():
-        runs = [k for k in range(n_runs) if (r.rollout_id, r.attempt, k) not in have]
-        if not runs: continue
-        key = (r.instance_id, r.query_id)
-        if key not in qs: raise RecordError(f"{store.root}: rollout {r.rollout_id}: query {key} is not in the given instances")
-        todo.append((r, qs[key], runs))
-    return todo
+    ro = store.rollouts(columns=ROLLOUT_KEY)
+    missing = {rid: [k for k in range(n_runs) if (rid, int(att), k) not in have] for rid, att in zip(ro['rollout_id'], ro['attempt'])}
+    return {rid: runs for rid, runs in missing.items() if runs}
 
 def score(store: ResultsStore|str|Path, # a store with rollouts
           instances: list[Instance], # the instances the rollouts answer (for gold answers)
@@ -818,15 +812,17 @@ def score(store: ResultsStore|str|Path, # a store with rollouts
     j = judge_obj or build_judge(judge or cfg['judge'])
     n_runs = n_runs or cfg.get('judge_runs', 1)
     qs = {(i.id, q.id): q for i in instances for q in i.queries}
-    if _todo_scores(store, j, n_runs, qs):                         # nothing to judge: nothing is written
+    if _missing_runs(store, j, n_runs):                            # nothing to judge: nothing is written
         with store.writing(wait):
-            todo = _todo_scores(store, j, n_runs, qs)
-            store.write_scores(judge_many(j, [(r, q) for r, q, _ in todo], runs=[rs for *_, rs in todo],
+            missing = _missing_runs(store, j, n_runs)                # again, under the lock
+            todo = [r for r in store.rollout_records() if r.rollout_id in missing]
+            bad = next((r for r in todo if (r.instance_id, r.query_id) not in qs), None)
+            if bad: raise RecordError(f"{store.root}: rollout {bad.rollout_id}: query {(bad.instance_id, bad.query_id)} is not in the given instances")
+            store.write_scores(judge_many(j, [(r, qs[(r.instance_id, r.query_id)]) for r in todo], runs=[missing[r.rollout_id] for r in todo],
                                           workers=getattr(j, 'concurrency', 1)))
             man = store.manifest()
-            label = {(j.name, j.model, j.prompt_hash): dict(judge=j.name, model=j.model, prompt_hash=j.prompt_hash,
-                                                            label=getattr(j, 'label', j.name))}
-            man['judges'] = judge_passes(store, [*(man.get('judges') or []), *label.values()])
+            this = dict(judge=j.name, model=j.model, prompt_hash=j.prompt_hash, label=getattr(j, 'label', j.name))
+            man['judges'] = judge_passes(store, [*(man.get('judges') or []), this])
             store.write_manifest(man)
     return aggregate_runs(store.scores())
 

@@ -266,7 +266,7 @@ def plot_budget_curves(curve: pd.DataFrame, # budget_curve() output
     return axes
 
 # %% ../nbs/10_scale.ipynb #a6095f5d
-import ast, difflib, math, os
+import ast, difflib, os
 
 SCALE_PARAMS = dict(   # the scale-ladder section's parameters and defaults, in the order of its parameters cell
     dataset='synthetic', data_path=None, pool_path=None, n_queries=30, pool_size=500, session_turns=6,

@@ -14,8 +14,7 @@ the same information.
 
 All CLI invocations run once in a module fixture, through `memlab.cli.main` in this process (tests/inproc.py).
 """
-import copy, json, os, re, sys
-from pathlib import Path
+import copy, json, re
 
 from inproc import memlab_main
 

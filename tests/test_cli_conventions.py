@@ -1,7 +1,6 @@
 """The command line by convention: --version, help with an example per subcommand, bad input one line and exit 2,
 `score` takes the judge's backend, and `--help` answers without importing the library's heavy modules."""
-import os, subprocess, sys
-from pathlib import Path
+import subprocess, sys
 
 import pytest
 import yaml

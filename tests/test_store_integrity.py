@@ -5,7 +5,7 @@ Every case was found by trying memlab from outside; each test here failed on the
 `memlab` processes (and the loopback OpenAI server, 127.0.0.1 only) with bounded waits; every process group started
 here is killed in a `finally`.
 """
-import json, os, random, shutil, signal, subprocess, sys, threading, time
+import json, os, random, shutil, signal, subprocess, sys, time
 from pathlib import Path
 
 import pandas as pd
@@ -15,7 +15,7 @@ from hypothesis import given, settings, HealthCheck, strategies as st
 
 from loopback import LoopbackServer
 from memlab.core import Rollout, Score, Trajectory, Step, Usage
-from memlab.runner import ResultsStore, RunConfig, results_frame, check_store
+from memlab.runner import ResultsStore, RunConfig, results_frame
 
 MEMLAB = str(Path(sys.executable).with_name('memlab'))
 WAIT = 120
