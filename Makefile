@@ -38,7 +38,7 @@ check-clean: install
 # One process per notebook, as a fresh Jupyter kernel runs it: notebooks that re-register library classes into
 # registries of other modules (e.g. 03b_llm's LLMPolicy into memlab.agent.POLICIES) cannot leak into each other.
 nbdev-test: install
-	ls nbs/*.ipynb | xargs -P 2 -n 1 $(BIN)/nbdev_test --path
+	find nbs -name '*.ipynb' -not -path 'nbs/sections/*' -not -path '*/.ipynb_checkpoints/*' | sort | xargs -P 2 -n 1 $(BIN)/nbdev_test --path
 
 pytest: install
 	$(BIN)/pytest -q tests/

@@ -10,7 +10,7 @@ from typing import Optional
 # everything else is imported by the command that needs it: `memlab --help` and bad arguments answer at once
 
 # %% auto #0
-__all__ = ['DATA_INSPECTORS', 'default_store', 'die_with_parent', 'make_executor', 'parser', 'main']
+__all__ = ['default_store', 'die_with_parent', 'make_executor', 'parser', 'main']
 
 # %% ../nbs/09_cli.ipynb #d478936d
 def default_store(cfg: 'RunConfig') -> Path:
@@ -142,11 +142,13 @@ def _cmd_report(a):
     if a.csv: t.to_csv(a.csv, index=False)
 
 def _cmd_estimate(a):
-    from memlab.runner import RunConfig, estimate, load_dataset
+    from memlab.runner import RunConfig, estimate, load_dataset, make_history
     cfg = RunConfig.load(a.config)
-    e = estimate(cfg, load_dataset(cfg.dataset))
+    insts = load_dataset(cfg.dataset)
+    e = estimate(cfg, insts, history=make_history(cfg.history, insts))   # e.g. a scale ladder's growing histories
     print(e.to_string(index=False))
-    print(f"judge calls: {e.attrs['judge_calls']} (~{e.attrs['judge_input_tokens_per_call']} input tokens each)")
+    print(f"judge calls: {e.attrs['judge_calls']} (~{e.attrs['judge_input_tokens_per_call']} input tokens each; "
+          f"{'priced above' if e['policy'].str.startswith('judge ').any() else 'no model judge'})")
     tot = e['cost_usd'].sum(min_count=1)
     print('estimated model cost: ' + ('unknown (a model is missing from memlab.llm.PRICES)' if e['cost_usd'].isna().any()
                                       else f"${tot:.2f} expected, ${e['cost_usd_max'].sum():.2f} at most"))
@@ -169,16 +171,13 @@ def _cmd_reproduce(a):
         pm.execute_notebook(str(nb), str(out), parameters=yaml.safe_load(params.read_text()) if params.exists() else {},
                             kernel_name='python3', cwd=str(nbs), progress_bar=False)
 
-def _inspect_mab(a):
-    from memlab.mab import inspect_memoryagentbench
-    t = inspect_memoryagentbench(a.file, source=a.source, chunk_size=a.chunk_size, sha256=a.sha256)
-    at = t.attrs
-    print(f"{at['path']}: memoryagentbench")
-    print(f"sha256 {at['sha256']} ({'matches the expected value' if at['verified'] else 'no recorded value to check'})")
-    print(f"tokens counted with {at['tokenizer']}; sentences split with {at['sentence_splitter']}; "
-          f"chunk size {'--chunk-size' if a.chunk_size else 'Table 15 by source'}")
-    print(t.to_string(index=False))
-    print('quirks: ' + '; '.join(f'{k} {v}' for k, v in at['quirks'].items()))
+def _option(v: str) -> tuple:
+    "NAME=VALUE of `data inspect -o`, the value read as YAML (512 is a number, CR a string)."
+    import yaml
+    k, sep, val = v.partition('=')
+    if not sep or not k: raise argparse.ArgumentTypeError(f'expected NAME=VALUE, not {v!r}')
+    try: return k.strip(), yaml.safe_load(val)
+    except yaml.YAMLError: return k.strip(), val
 
 def _rate(v: str) -> float:
     try: x = float(v)
@@ -191,24 +190,18 @@ def _positive_int(v: str) -> int:
     if n < 1: raise argparse.ArgumentTypeError(f'must be a positive integer, not {v}')
     return n
 
-DATA_INSPECTORS = {'memoryagentbench': _inspect_mab}   # kinds with their own summary; the others use `inspect_dataset`
-
 def _cmd_data(a):
-    for opt, kind in (('layout', 'longmemeval'), ('source', 'memoryagentbench'), ('chunk_size', 'memoryagentbench')):
-        if getattr(a, opt) is not None and a.kind != kind:
-            print(f"memlab: --{opt.replace('_', '-')} applies to {kind} files only", file=sys.stderr); raise SystemExit(2)
-    from memlab.data import LOADERS, LME_LAYOUTS, inspect_dataset
-    from memlab.core import RecordError
-    import memlab.mab                             # registers the 'memoryagentbench' loader in LOADERS
-    if a.kind not in LOADERS: raise RecordError(f'data inspect: unknown kind {a.kind!r}; known: {sorted(LOADERS)}')
-    if a.layout is not None and a.layout not in LME_LAYOUTS: raise RecordError(f'--layout: {a.layout!r} is not one of {list(LME_LAYOUTS)}')
-    if a.kind in DATA_INSPECTORS: return DATA_INSPECTORS[a.kind](a)
-    kw = {'layout': a.layout} if a.layout else {}
-    t = inspect_dataset(a.kind, a.file, sha256=a.sha256, **kw)
-    at = t.attrs
-    print(f"{at['path']}: {a.kind}" + (f" (layout {at['layout']})" if 'layout' in at else ''))
-    print(f"sha256 {at['sha256']} ({'matches the expected value' if at['verified'] else 'no recorded value to check'})")
-    print(t.to_string(index=False))
+    import inspect
+    from memlab.data import INSPECTORS, inspection_text
+    from memlab.core import RecordError, load_plugins, validate_params
+    load_plugins()                                # protocol packages register their formats (e.g. memoryagentbench)
+    if a.kind not in INSPECTORS: raise RecordError(f'data inspect: unknown kind {a.kind!r}; known: {sorted(INSPECTORS)}')
+    fn, opts = INSPECTORS[a.kind], dict(a.option or [])
+    takes = [p for p in inspect.signature(fn).parameters if p not in ('path', 'sha256')]
+    for k in opts:
+        if k not in takes: raise RecordError(f"-o {k}: {a.kind} files take {', '.join(f'-o {t}=...' for t in takes) or 'no options'}")
+    kw = validate_params(fn, opts, 'option', 'data inspect', partial=True)
+    print(inspection_text(fn(a.file, sha256=a.sha256, **kw)))
 
 def parser() -> argparse.ArgumentParser:
     "The memlab command-line parser."
@@ -223,7 +216,7 @@ def parser() -> argparse.ArgumentParser:
     for name, hlp, eg in (('run', 'generate the rollouts of a config (finished ones are skipped)',
                            ex('memlab run run.yaml --executor threads --workers 16 --score')),
                           ('resume', 'continue an interrupted run of a config',
-                           ex('memlab resume run.yaml --retry-errors', 'memlab resume --store results/scale_ladder/runs/scale-ladder-small'))):
+                           ex('memlab resume run.yaml --retry-errors', 'memlab resume --store build/results/scale_ladder/runs/scale-ladder-0123456789'))):
         r = sub.add_parser(name, help=hlp, description=hlp, epilog=eg, formatter_class=fmt)
         r.add_argument('config', nargs='?' if name == 'resume' else None,
                        help='run config (YAML)' + ('; omitted: the config recorded in --store (e.g. a section notebook\'s run)' if name == 'resume' else ''))
@@ -270,13 +263,12 @@ def parser() -> argparse.ArgumentParser:
     h = 'summary of a data file: records, sessions, turns, questions, tokens'
     i = d.add_subparsers(dest='data_cmd', required=True).add_parser(
         'inspect', help=h, description=h, formatter_class=fmt,
-        epilog=ex('memlab data inspect longmemeval longmemeval_s_cleaned.json', 'memlab data inspect memoryagentbench Conflict_Resolution.parquet --source CR'))
+        epilog=ex('memlab data inspect longmemeval longmemeval_s_cleaned.json', 'memlab data inspect memoryagentbench Conflict_Resolution.parquet -o source=CR'))
     i.add_argument('kind', help='longmemeval, locomo, memoryagentbench (or another registered loader)')
     i.add_argument('file', help='the data file')
     i.add_argument('--sha256', help='expected sha256 of the file')
-    i.add_argument('--layout', help='longmemeval: s, m or oracle (default: from the file name)')
-    i.add_argument('--source', help='memoryagentbench: a metadata.source, competency (AR, TTL, LRU, CR) or task name')
-    i.add_argument('--chunk-size', type=_positive_int, help='memoryagentbench: tokens per chunk (default: Table 15 by source)')
+    i.add_argument('-o', '--option', action='append', type=_option, metavar='NAME=VALUE',
+                   help="the format's own options, e.g. -o layout=m (longmemeval), -o source=CR -o chunk_size=512 (memoryagentbench)")
     return p
 
 def main(argv: Optional[list]=None):

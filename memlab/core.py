@@ -16,8 +16,8 @@ __all__ = ['TOKENIZER', 'PosInt', 'NonNegInt', 'NonNegFloat', 'UnitFloat', 'NonE
            'PLUGIN_GROUP', 'MAX_FILE_BYTES', 'canonical_json', 'stable_hash', 'count_tokens', 'RecordError',
            'parse_date', 'date_key', 'Record', 'Turn', 'Session', 'QueryView', 'Query', 'Instance', 'Evidence', 'Usage',
            'Step', 'Trajectory', 'Rollout', 'Score', 'Registry', 'load_plugins', 'max_file_bytes', 'check_regular_file',
-           'read_bounded', 'validate_record', 'read_json_records', 'load_records', 'StrictYAMLLoader', 'load_yaml',
-           'check_dates', 'check_histories', 'validate_params', 'validate_args']
+           'read_bounded', 'project_root', 'progress_bar', 'validate_record', 'read_json_records', 'load_records',
+           'StrictYAMLLoader', 'load_yaml', 'check_dates', 'check_histories', 'validate_params', 'validate_args']
 
 # %% ../nbs/00_core.ipynb #d937a728
 def canonical_json(obj: Any) -> str:
@@ -346,6 +346,24 @@ def read_bounded(path: str|Path, # a data or config file
     except OSError as e: raise RecordError(f'{path}: cannot read: {e.strerror or e}') from None
     if len(data) > limit: raise _too_big(path, len(data), limit)
     return data
+
+def project_root(start: Optional[Path]=None) -> Path:
+    "The folder holding settings.ini, searched upward from `start` (default: the working directory)."
+    p = Path(start or Path.cwd()).resolve()
+    for d in (p, *p.parents):
+        if (d / 'settings.ini').exists(): return d
+    return p
+
+# %% ../nbs/00_core.ipynb #1aa576a8
+def progress_bar(total: Optional[int]=None, # steps in all
+                 disable: Optional[bool]=None, # None: off when $MEMLAB_PROGRESS is 0
+                 **kw # passed to tqdm (desc=, initial=, ...)
+                ):
+    "A tqdm progress bar: text on stderr by default, Jupyter's widget when $MEMLAB_PROGRESS=widget, none when it is 0."
+    mode = os.environ.get('MEMLAB_PROGRESS', '1')
+    if mode == 'widget': from tqdm.auto import tqdm
+    else: from tqdm.std import tqdm
+    return tqdm(total=total, disable=(mode == '0') if disable is None else disable, **kw)
 
 # %% ../nbs/00_core.ipynb #638d75b3
 def validate_record(cls: type[Record], # the record class

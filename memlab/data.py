@@ -7,15 +7,16 @@ from __future__ import annotations
 import hashlib, json, re
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterable, Literal, Optional
 import pandas as pd
 from .core import Turn, Session, Query, Instance, Registry, RecordError, count_tokens, read_json_records, check_regular_file
 from .judge import LOCOMO_CATEGORIES
 
 # %% auto #0
 __all__ = ['KNOWN_SHA256', 'read_records', 'LME_TYPES', 'LME_DATE_FORMAT', 'LME_LAYOUTS', 'LOCOMO_DATE_FORMATS',
-           'LOCOMO_ABSTAIN_ANSWER', 'LOADERS', 'ChecksumError', 'file_sha256', 'verify_sha256', 'Fields', 'lme_layout',
-           'load_longmemeval', 'parse_dia_ids', 'load_locomo', 'summarize', 'inspect_dataset']
+           'LOCOMO_ABSTAIN_ANSWER', 'LOADERS', 'INSPECTORS', 'ChecksumError', 'file_sha256', 'verify_sha256', 'Fields',
+           'lme_layout', 'load_longmemeval', 'parse_dia_ids', 'load_locomo', 'split_queries', 'summarize',
+           'inspect_dataset', 'inspect_longmemeval', 'inspect_locomo', 'inspection_text']
 
 # %% ../nbs/01a_data.ipynb #d765bc61
 KNOWN_SHA256: dict[str, str] = {}   # {file name: sha256}; datasets.md records none for these files, so none is filled in
@@ -282,6 +283,16 @@ def load_locomo(path: str|Path, # locomo10.json (a JSON array; JSONL is accepted
     _dup_check([i.id for i in insts], path, 'sample_id')
     return insts
 
+# %% ../nbs/01a_data.ipynb #b7dc353d
+def split_queries(instances: Iterable[Instance]) -> list[Instance]:
+    "One-query instances: an instance with n > 1 queries becomes n instances `'{id}/{query id}'` sharing its sessions."
+    out = []
+    for inst in instances:
+        if len(inst.queries) == 1: out.append(inst); continue
+        out += [Instance(id=f'{inst.id}/{q.id}', sessions=inst.sessions, queries=[q], meta={**inst.meta, 'split_from': inst.id})
+                for q in inst.queries]
+    return out
+
 # %% ../nbs/01a_data.ipynb #94b3fc83
 LOADERS = Registry('dataset format')
 LOADERS.register('longmemeval')(load_longmemeval)
@@ -334,3 +345,31 @@ def inspect_dataset(kind: str, # a `LOADERS` name: 'longmemeval' or 'locomo'
     df.attrs.update(kind=kind, path=str(path), sha256=digest, verified=bool(expected))
     if insts and 'layout' in insts[0].meta: df.attrs['layout'] = insts[0].meta['layout']
     return df
+
+# %% ../nbs/01a_data.ipynb #d28d3271
+INSPECTORS = Registry('dataset inspector')   # `memlab data inspect KIND`: kind -> fn(path, sha256=None, **options) -> summary
+
+@INSPECTORS.register('longmemeval')
+def inspect_longmemeval(path: str|Path, # a LongMemEval file
+                        sha256: Optional[str]=None, # expected sha256 (default: KNOWN_SHA256's value for the file name, if any)
+                        layout: Optional[Literal['s', 'm', 'oracle']]=None # default: from the file name
+                       ) -> pd.DataFrame:
+    "`inspect_dataset` of a LongMemEval file, titled with its layout."
+    t = inspect_dataset('longmemeval', path, sha256, **({'layout': layout} if layout else {}))
+    t.attrs['title'] = f"longmemeval (layout {t.attrs['layout']})"
+    return t
+
+@INSPECTORS.register('locomo')
+def inspect_locomo(path: str|Path, # a LoCoMo file
+                   sha256: Optional[str]=None # expected sha256 (default: KNOWN_SHA256's value for the file name, if any)
+                  ) -> pd.DataFrame:
+    "`inspect_dataset` of a LoCoMo file."
+    return inspect_dataset('locomo', path, sha256)
+
+def inspection_text(t: pd.DataFrame # an inspector's summary
+                   ) -> str:
+    "What `memlab data inspect` prints: title, sha256 check, `head` lines, the table, `tail` lines."
+    at = t.attrs
+    return '\n'.join([f"{at['path']}: {at.get('title', at['kind'])}",
+                      f"sha256 {at['sha256']} ({'matches the expected value' if at['verified'] else 'no recorded value to check'})",
+                      *at.get('head', []), t.to_string(index=False), *at.get('tail', [])])

@@ -9,8 +9,7 @@ from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Any, Callable, Optional
 import tenacity
-from tqdm.auto import tqdm
-from .core import Usage, Registry, QueryView, Step, count_tokens
+from .core import Usage, Registry, QueryView, Step, count_tokens, progress_bar
 from .cache import ResponseCache, cached_call
 from .redact import redact, register_secret_env
 from .agent import Policy, POLICIES, Search, Answer
@@ -184,7 +183,7 @@ BACKENDS = Registry('backend')
 def project_cache_path() -> Path:
     "Default response cache: $MEMLAB_CACHE, else .memlab-cache/responses.sqlite in the project root."
     if os.environ.get('MEMLAB_CACHE'): return Path(os.environ['MEMLAB_CACHE'])
-    from memlab.runner import project_root
+    from memlab.core import project_root
     return project_root() / '.memlab-cache' / 'responses.sqlite'
 
 class _RetryBudget(tenacity.stop.stop_base):
@@ -383,7 +382,7 @@ class ChatBackend:
                   progress: bool=False # a tqdm bar
                  ) -> list:
         "Independent calls, `concurrency` at a time, in order: (ChatResponse, Usage) or the call's LLMError."
-        bar = tqdm(total=len(calls), disable=not progress, desc=f'{self.provider}:{self.model}')
+        bar = progress_bar(len(calls), disable=not progress, desc=f'{self.provider}:{self.model}')
         async def one(kw):
             try: return await self.achat(**kw)
             except LLMError as e: return e

@@ -10,23 +10,22 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Optional
 import pandas as pd
-from tqdm.auto import tqdm
 from pydantic import ConfigDict, Field, field_validator
 from .redact import redact, redact_obj
 import memlab
 from .core import (Record, Registry, Instance, Session, Query, Rollout, Score, stable_hash, canonical_json, count_tokens, TOKENIZER,
                          validate_record, RecordError, load_yaml, validate_args, validate_params, check_dates, check_histories, PosInt,
-                         load_plugins)
+                         load_plugins, project_root, progress_bar)
 from .memory import make_memory, check_parity, MEMORIES, HISTORIES   # HISTORIES: `history(instance, condition)` builders
 from .agent import make_policy, run_loop, POLICIES
 from .judge import make_judge, judge_many, aggregate_runs
 import memlab.reader, memlab.llm  # register the built-in policies (offline reader, LLM) and backends
-import memlab.planar, memlab.graph  # register the planar and hierarchical memory interfaces
-import memlab.mab_agents  # register the MemoryAgentBench policies (mab-reader, mab-llm) and judge (mab-metric)
+import memlab.flat, memlab.planar, memlab.graph  # register the flat, planar and hierarchical memory interfaces
+# Protocol packages (memlab.protocols.*) and third-party plugins register through the `memlab.plugins` entry points.
 
 # %% auto #0
 __all__ = ['SAFE_NAME', 'DATASETS', 'DATASET_OPTIONS', 'ROLLOUT_KEY', 'SCORE_KEY', 'PACKAGES', 'PASS_KEY', 'RunConfig',
-           'default_history', 'validate_config', 'check_dataset_spec', 'spec_name', 'project_root', 'output_dirs',
+           'default_history', 'validate_config', 'check_dataset_spec', 'spec_name', 'hash_named', 'output_dirs',
            'StoreError', 'StoreWarning', 'lock_holder', 'writer_lock', 'ResultsStore', 'check_store', 'git_commit',
            'package_versions', 'dataset_hash', 'file_sha256', 'make_manifest', 'chunking_info', 'check_instances',
            'load_dataset', 'make_history', 'rollout_id', 'shared_policy', 'run_unit', 'plan_units', 'deferred_signals',
@@ -115,6 +114,7 @@ def check_dataset_spec(spec: dict, source: str='<config>') -> dict:
     "A dataset spec names a registered kind and only arguments its loader takes (loaders validate their own `params`)."
     kind = spec.get('kind')
     if kind is None: raise RecordError(f"{source}: field 'dataset.kind' is missing (e.g. 'synthetic' or 'instances')")
+    if isinstance(kind, str) and kind not in DATASETS: load_plugins()   # protocol packages register their kinds
     if not isinstance(kind, str) or kind not in DATASETS:
         raise RecordError(f"{source}: field 'dataset.kind': unknown dataset kind {kind!r}; registered: {sorted(DATASETS)}")
     args = {k: v for k, v in spec.items() if k not in ('kind', *DATASET_OPTIONS)}
@@ -131,14 +131,14 @@ def spec_name(spec: dict) -> str:
     extra = ','.join(f'{k}={v}' for k, v in sorted(spec.items()) if k != 'name')
     return spec['name'] + (f'[{extra}]' if extra else '')
 
-# %% ../nbs/07_runner.ipynb #efc7d486
-def project_root(start: Optional[Path]=None) -> Path:
-    "The folder holding settings.ini, searched upward from `start` (default: the working directory)."
-    p = Path(start or Path.cwd()).resolve()
-    for d in (p, *p.parents):
-        if (d / 'settings.ini').exists(): return d
-    return p
+# %% ../nbs/07_runner.ipynb #25078cef
+def hash_named(cfg: RunConfig, # a config whose `name` is the stem, e.g. 'walkthrough'
+               name: Optional[str]=None # the run name to use; None: '<stem>-<first 10 hex digits of the config hash>'
+              ) -> RunConfig:
+    "`cfg` named `name`, or by its stem and config hash when `name` is None."
+    return RunConfig.load(cfg.model_dump() | {'name': name or f'{cfg.name}-{cfg.config_hash[:10]}'})
 
+# %% ../nbs/07_runner.ipynb #efc7d486
 def output_dirs(section: str, # section name, e.g. 'walkthrough'
                 out_root: Optional[str|Path]=None # default: $MEMLAB_OUT, else build/ under the project root
                ) -> tuple[Path, Path]:
@@ -428,12 +428,6 @@ def _instances(path: str) -> list[Instance]:
     from memlab.core import load_records
     return load_records(path, Instance)
 
-@DATASETS.register('synthetic-ladder')
-def _synthetic_ladder(params: Optional[dict]=None) -> list[Instance]:
-    "The one-query instances of `memlab.synth.make_ladder_benchmark` (its pool feeds the ladder history, not the run)."
-    from memlab.synth import make_ladder_benchmark
-    return make_ladder_benchmark(**validate_params(make_ladder_benchmark, params or {}, 'dataset.params', '<synthetic-ladder dataset>'))[0]
-
 @DATASETS.register('longmemeval')
 def _longmemeval(path: str, sha256: str|bool|None=None, layout: Optional[str]=None) -> list[Instance]:
     from memlab.data import load_longmemeval
@@ -443,21 +437,6 @@ def _longmemeval(path: str, sha256: str|bool|None=None, layout: Optional[str]=No
 def _locomo(path: str, sha256: str|bool|None=None, captions: bool=True) -> list[Instance]:
     from memlab.data import load_locomo
     return load_locomo(path, sha256=sha256, captions=captions)
-
-@DATASETS.register('memoryagentbench')
-def _memoryagentbench(path: str, source: Optional[str]=None, chunk_size: Optional[PosInt]=None, sha256: Optional[str]=None) -> list[Instance]:
-    from memlab.mab import load_memoryagentbench
-    return load_memoryagentbench(path, source=source, chunk_size=chunk_size, sha256=sha256)
-
-@DATASETS.register('mab-synthetic')
-def _mab_synthetic(families: dict|list, params: Optional[dict]=None, chunk_size: Optional[PosInt]=None) -> list[Instance]:
-    from memlab.mab_agents import mab_synthetic
-    from memlab.mab_synth import MAB_GENERATORS
-    for fam in (families if isinstance(families, dict) else dict.fromkeys(families, {})).items():
-        name, kw = fam
-        if name in MAB_GENERATORS:
-            validate_params(MAB_GENERATORS.get_impl(name), {**(params or {}), **(kw or {})}, f'dataset.families.{name}', '<mab-synthetic dataset>')
-    return mab_synthetic(families, params=params, chunk_size=chunk_size)
 
 def chunking_info(instances: list[Instance]) -> dict:
     "Which tokenizer counted chunk tokens and which splitter split sentences (chunked datasets only)."
@@ -500,7 +479,7 @@ def load_dataset(spec: dict) -> list[Instance]:
     insts = DATASETS.make(kind, **spec)
     if not insts: raise RecordError(f'{src}: no instances: the dataset is empty')
     if split:                                      # one query per instance, as scale ladders need
-        from memlab.ladder import split_queries
+        from memlab.data import split_queries
         insts = split_queries(insts)
     if limit is not None:
         if limit > len(insts): raise RecordError(f"{src}: field 'limit': {limit} instances asked, the dataset has {len(insts)}")
@@ -542,7 +521,7 @@ def run_unit(cfg: dict, # RunConfig as a dict (picklable)
     t = time.perf_counter()
     if memory_dir is None: mem = make_memory(**mspec); mem.add_all(history(inst, cond)); mem.prepare(); loaded = False
     else:
-        from memlab.mab import MemoryCheckpoint
+        from memlab.checkpoint import MemoryCheckpoint
         ck = MemoryCheckpoint(memory_dir); mem, status = ck.get_or_build(mspec, history(inst, cond)); loaded = status == 'loaded'
     ingest_s = time.perf_counter() - t if memory_dir is None or loaded else ck.build_s   # construction only, not the save
     for qi, pi, s, attempt in todo:
@@ -608,8 +587,12 @@ def _store_identity(store: ResultsStore, cfg: RunConfig, hist: dict) -> Optional
     except StoreError as e: _warn(f'{e}; the rollouts\' config hashes identify the run instead'); old = None
     if old is not None:
         if old.get('config_hash') != cfg.config_hash:
+            was, now = old.get('config') or {}, cfg.model_dump(mode='json')
+            diff = [k for k in now if k not in ('name', 'judge', 'judge_runs', 'checkpoint_memories') and was.get(k, now[k]) != now[k]]
             raise StoreError(f'{store.root} holds run {old.get("run")!r} with another config hash ({old.get("config_hash")} != '
-                             f'{cfg.config_hash}): use another store (--store, or another run name)')
+                             f'{cfg.config_hash}; changed: {", ".join(diff) or "see the manifest"}): give this run another name '
+                             f'(`name` in the config, `run_name` in a section notebook, whose default names runs by their config '
+                             f'hash) or another store (--store)')
         if old.get('history', hist) != hist:
             raise StoreError(f'{store.root} holds run {old.get("run")!r} built with another history ({old.get("history")}): use another store')
     ro = store.rollouts(columns=['config_hash'])
@@ -661,7 +644,7 @@ def run(cfg: RunConfig|dict|str, # the run config (or a dict / YAML path)
         store.write_manifest(man)
         total = sum(len(i.queries) for i in instances) * len(cfg.conditions) * len(memories) * len(policies) * cfg.samples
         if progress is None: progress = os.environ.get('MEMLAB_PROGRESS', '1') != '0'
-        bar = tqdm(total=total, initial=total - sum(len(u[3]) for u in units), desc=cfg.name, disable=not progress)
+        bar = progress_bar(total, initial=total - sum(len(u[3]) for u in units), desc=cfg.name, disable=not progress)
         cd = cfg.model_dump(mode='json')
         mdir = str(store.root / 'memories') if cfg.checkpoint_memories else None
         pending = set()                                 # submitted units not yet written
@@ -722,13 +705,16 @@ def estimate(cfg: RunConfig|dict|str, # the run config
              proxy_tier: str='medium', # offline reader tier standing in for the model's search behaviour
              out_tokens: int=40 # expected output tokens per call
             ) -> pd.DataFrame:
-    "Calls, tokens and cost per policy, estimated without calling any model."
+    "Calls, tokens and cost per policy (and for the judge), estimated without calling any model."
     from memlab.llm import build_messages, SEARCH_TOOL, cost_usd
     from memlab.judge import A3_SYSTEM_PROMPT, A3_USER_TEMPLATE
     cfg = cfg if isinstance(cfg, RunConfig) else RunConfig.load(cfg)
     proxy = make_policy('offline-reader', tier=proxy_tier); tool_tok = count_tokens(canonical_json(SEARCH_TOOL))
-    per = {}   # memory index -> list of (model calls, input tokens) per rollout
-    for inst in instances:
+    n_per_memory = sum(len(i.queries) for i in instances) * len(cfg.conditions)
+    per = {mi: [(0, 0)] * n_per_memory for mi in range(len(cfg.memories))}   # memory index -> (model calls, input tokens) per rollout
+    if any(isinstance(p.get('backend'), dict) for p in cfg.policies):       # offline policies call no model: nothing to simulate
+        per = {}
+    for inst in (instances if not per else []):
         for cond in cfg.conditions:
             for mi, mspec in enumerate(cfg.memories):
                 mem = make_memory(**mspec); mem.add_all(history(inst, cond))
@@ -756,6 +742,17 @@ def estimate(cfg: RunConfig|dict|str, # the run config
     out = pd.DataFrame(rows)
     out.attrs['judge_calls'] = int(out['rollouts'].sum()) * cfg.judge_runs if cfg.judge.get('name') != 'offline-match' else 0
     out.attrs['judge_input_tokens_per_call'] = judge_in
+    jb = cfg.judge.get('backend')
+    if isinstance(jb, dict) and out.attrs['judge_calls']:              # a model judge: priced like the policies' calls
+        k, jout = out.attrs['judge_calls'], 8                            # a verdict is a few tokens ('yes' / 'no')
+        local = jb.get('local', bool(jb.get('base_url')))
+        c = cost_usd(jb.get('model', ''), k * judge_in, k * jout, local)
+        attrs = dict(out.attrs)
+        out = pd.concat([out, pd.DataFrame([dict(policy=f"judge {cfg.judge['name']} ({jb.get('model')})", memory='all', rollouts=0,
+                                                 model_calls=k, input_tokens=k * judge_in, output_tokens=k * jout, output_tokens_max=k * jout,
+                                                 cost_usd=float('nan') if c is None else c, cost_usd_max=float('nan') if c is None else c)])],
+                        ignore_index=True)
+        out.attrs.update(attrs)
     return out
 
 # %% ../nbs/07_runner.ipynb #51086cd3

@@ -329,10 +329,12 @@ def test_cli_inspect_in_process(tmp_path):
     assert f'sha256 {file_sha256(LME_S)}' in out
     assert re.search(r'total\s+records\s+5\b', out) and re.search(r'questions by type\s+knowledge-update\s+1\b', out)
     assert re.search(r'quirks\s+repeated session ids \(renamed\)\s+1\b', out)
-    code, out, _ = cli('data', 'inspect', 'longmemeval', LME_S, '--layout', 'm')
+    code, out, _ = cli('data', 'inspect', 'longmemeval', LME_S, '-o', 'layout=m')
     assert out.splitlines()[0].endswith('(layout m)')
-    code, _, err = cli('data', 'inspect', 'locomo', LOCOMO, '--layout', 's')
-    assert code == 2 and err.startswith('memlab: --layout')
+    code, _, err = cli('data', 'inspect', 'locomo', LOCOMO, '-o', 'layout=s')
+    assert code == 2 and err.strip() == 'memlab: -o layout: locomo files take no options'
+    code, _, err = cli('data', 'inspect', 'longmemeval', LME_S, '-o', 'layout=x')
+    assert code == 2 and "field 'option.layout'" in err and len(err.strip().splitlines()) == 1
     code, _, err = cli('data', 'inspect', 'locomo', LOCOMO, '--sha256', '1' * 64)
     assert code == 2 and err.strip().startswith(f'memlab: {LOCOMO}: sha256') and len(err.strip().splitlines()) == 1
     code, _, err = cli('data', 'inspect', 'locomo', tmp_path / 'none.json')

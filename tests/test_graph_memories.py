@@ -359,7 +359,7 @@ def test_reader_tiers_on_entity_graph_as_history_grows():
 
 def test_ppr_graph_with_negative_bm25_scores_on_few_passages():
     "Few long passages make some BM25 scores negative; the PPR reset must stay non-negative (it once raised)."
-    from memlab.mab_agents import mab_synthetic, memorize_history
+    from memlab.protocols.mab.agents import mab_synthetic, memorize_history
     from memlab.memory import make_memory, terms
     inst = mab_synthetic(['longmemeval_s*'], params=dict(n_contexts=1, context_tokens=32000, questions_per_context=10, seed=0),
                          chunk_size=4096)[0]

@@ -119,7 +119,7 @@ def test_jsonl_duplicate_key_refused(tmp_path):
 
 def test_json_fifo_refused_by_every_loader(fifo):
     from memlab.data import load_longmemeval, load_locomo, inspect_dataset
-    from memlab.mab import load_memoryagentbench
+    from memlab.protocols.mab.data import load_memoryagentbench
     for fn in (lambda: read_json_records(fifo), lambda: load_records(fifo, Instance), lambda: load_longmemeval(fifo),
                lambda: load_locomo(fifo), lambda: load_memoryagentbench(fifo), lambda: inspect_dataset('locomo', fifo)):
         with pytest.raises(RecordError, match=re.escape(str(fifo)) + r': not a regular file \(a FIFO\)'): no_hang(fn, fifo)
@@ -219,7 +219,7 @@ def _registries():
     from memlab.judge import JUDGES
     from memlab.llm import BACKENDS
     from memlab.index import EMBEDDERS
-    from memlab.mab_synth import MAB_GENERATORS
+    from memlab.protocols.mab.synth import MAB_GENERATORS
     return [MEMORIES, POLICIES, JUDGES, BACKENDS, EMBEDDERS, memlab.runner.DATASETS, MAB_GENERATORS]
 
 def test_every_registered_default_passes_its_own_annotations():
@@ -278,7 +278,7 @@ def test_check_dates_ordered():
 
 def test_fixture_dates_parse():
     from memlab.data import load_longmemeval, load_locomo
-    from memlab.mab import load_memoryagentbench
+    from memlab.protocols.mab.data import load_memoryagentbench
     for insts in (load_longmemeval(FX / 'longmemeval_s_cleaned.json'), load_longmemeval(FX / 'longmemeval_oracle.json'),
                   load_locomo(FX / 'locomo10.json'), load_memoryagentbench(FX / 'memoryagentbench.json'),
                   make_benchmark(2, 3, 4, seed=0)):

@@ -1,4 +1,4 @@
-"Property tests of memlab.ladder (seed 000 section 3): evidence-preserving, exact, nested, seeded, dated scale ladders."
+"Property tests of memlab.protocols.scale.ladder (seed 000 section 3): evidence-preserving, exact, nested, seeded, dated scale ladders."
 import datetime as dt
 import random
 from functools import lru_cache
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
 
 from memlab.core import Session, Turn, Instance
-from memlab.ladder import (DEFAULT_LADDER, ScaleLadder, SessionPool, build_query_ladder, ladder_history, ladder_conditions,
+from memlab.protocols.scale.ladder import (DEFAULT_LADDER, ScaleLadder, SessionPool, build_query_ladder, ladder_history, ladder_conditions,
                            marked_relevant, fingerprint, parse_date, history_span, split_queries, table4, pool_from_instances)
 from memlab.synth import make_ladder_benchmark, make_pool, make_benchmark, SLOTS, TALLIES, EVENTS
 

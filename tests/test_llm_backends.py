@@ -12,7 +12,8 @@ import json, os, subprocess, sys
 from pathlib import Path
 import pytest
 from loopback import LoopbackServer
-from memlab.memory import MEMORIES, BM25Memory
+from memlab.memory import MEMORIES
+from memlab.flat import BM25Memory
 from memlab.runner import RunConfig, run, score, results_frame, ResultsStore
 from memlab.synth import make_benchmark
 

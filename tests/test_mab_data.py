@@ -1,4 +1,4 @@
-"""MemoryAgentBench rows (`memlab.mab`): loader, chunking, memorize prompts, memory checkpoints, CLI.
+"""MemoryAgentBench rows (`memlab.protocols.mab.data`): loader, chunking, memorize prompts, memory checkpoints, CLI.
 
 Fixture: tests/fixtures/memoryagentbench.json, written by tests/fixtures/make_mab_fixtures.py in the released HF
 layout (shared/docs/datasets.md §3.1), one row per source family of the four competencies. The parquet copy is
@@ -10,13 +10,15 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from memlab import mab as M
+from memlab.protocols.mab import data as M
 from memlab.core import RecordError
 from memlab.data import ChecksumError, LOADERS, file_sha256
-from memlab.mab import (CHUNK_TOKENIZER, COMPETENCY_OF, MEMORIZE_PROMPT, MemoryCheckpoint, built_memory,
-                        chunk_text_into_sentences, count_chunk_tokens, inspect_memoryagentbench, load_memoryagentbench,
+from memlab.protocols.mab.data import (CHUNK_TOKENIZER, COMPETENCY_OF, MEMORIZE_PROMPT, chunk_text_into_sentences, count_chunk_tokens, inspect_memoryagentbench, load_memoryagentbench,
                         memorize_message, pack_sentences, split_sentences)
-from memlab.memory import MEMORIES, BM25Memory, Memory, make_memory
+from memlab.memory import MEMORIES, Memory, make_memory
+from memlab.flat import BM25Memory
+from memlab import checkpoint as C
+from memlab.checkpoint import MemoryCheckpoint, built_memory
 from memlab.runner import check_instances
 
 FX = Path(__file__).parent / 'fixtures'
@@ -369,8 +371,8 @@ def corrupt_flip(p): b = bytearray(p.read_bytes()); b[-5] ^= 0x55; p.write_bytes
 def corrupt_truncate(p): p.write_bytes(p.read_bytes()[:-20])
 def corrupt_magic(p): p.write_bytes(b'garbage' + p.read_bytes()[7:])
 def corrupt_header(p):
-    data = p.read_bytes(); nl = data.index(b'\n', len(M.CHECKPOINT_MAGIC))
-    p.write_bytes(data[:len(M.CHECKPOINT_MAGIC)] + b'{not json' + data[nl:])
+    data = p.read_bytes(); nl = data.index(b'\n', len(C.CHECKPOINT_MAGIC))
+    p.write_bytes(data[:len(C.CHECKPOINT_MAGIC)] + b'{not json' + data[nl:])
 
 @pytest.mark.parametrize('corrupt,msg', [(corrupt_flip, 'sha256 mismatch'), (corrupt_truncate, 'sha256 mismatch'),
                                          (corrupt_magic, 'not a memlab memory checkpoint'), (corrupt_header, 'unreadable header')])
@@ -379,7 +381,7 @@ def test_corrupted_checkpoint_is_rebuilt(tmp_path, sh, count_add_all, corrupt, m
     m1 = built_memory(spec, sh, tmp_path)
     p = MemoryCheckpoint(tmp_path).path(spec, sh)
     corrupt(p)
-    with pytest.raises(M.CheckpointError, match=msg): MemoryCheckpoint(tmp_path).load(spec, sh)
+    with pytest.raises(C.CheckpointError, match=msg): MemoryCheckpoint(tmp_path).load(spec, sh)
     with pytest.warns(UserWarning, match=msg):
         m2, status = MemoryCheckpoint(tmp_path).get_or_build(spec, sh)
     assert status == 'rebuilt' and len(count_add_all) == 2 and answers(m2) == answers(m1)
@@ -392,7 +394,7 @@ def test_stale_checkpoint_is_rejected(tmp_path, sh):
     ck = MemoryCheckpoint(tmp_path)
     built_memory(spec_a, sh, tmp_path)
     ck.path(spec_a, sh).replace(ck.path(spec_b, sh))
-    with pytest.raises(M.CheckpointError, match='key mismatch'): ck.load(spec_b, sh)
+    with pytest.raises(C.CheckpointError, match='key mismatch'): ck.load(spec_b, sh)
 
 
 def test_interrupted_save_keeps_the_old_file(tmp_path, sh, monkeypatch):
@@ -425,7 +427,7 @@ def test_checkpoint_from_another_process(tmp_path, sh):
     """Checkpoints written by another process (whose term vocabulary numbers terms in another order) answer exactly as
     memories built here: TermBlocks are pickled as terms, derived indexes are dropped and rebuilt."""
     code = (f"import memlab.planar, memlab.graph\n"
-            f"from memlab.mab import load_memoryagentbench, MemoryCheckpoint, make_memory\n"
+            f"from memlab.protocols.mab.data import load_memoryagentbench, make_memory\nfrom memlab.checkpoint import MemoryCheckpoint\n"
             f"rows = load_memoryagentbench({str(JSON)!r}, chunk_size=64)\n"
             f"make_memory('bm25').add_all(rows[0].sessions); make_memory('items').add_all(rows[1].sessions)\n"
             f"for spec in {SPECS!r}:\n"
@@ -445,7 +447,7 @@ def test_checkpoint_from_another_process(tmp_path, sh):
 
 def test_naive_pickle_would_be_wrong(tmp_path, sh):
     "The premise of the custom pickler: a plain pickle of a BM25 memory is wrong in a process with another vocabulary."
-    code = (f"import pickle\nfrom memlab.mab import load_memoryagentbench, make_memory\n"
+    code = (f"import pickle\nfrom memlab.protocols.mab.data import load_memoryagentbench, make_memory\n"
             f"rows = load_memoryagentbench({str(JSON)!r}, chunk_size=64)\n"
             f"make_memory('bm25').add_all(rows[0].sessions)\n"
             f"m = make_memory('bm25', k=3); m.add_all(rows[7].sessions)\n"
@@ -482,16 +484,16 @@ def test_cli_inspect(tmp_path, PARQUET):
     assert f'tokens counted with {CHUNK_TOKENIZER}' in lines[2]
     assert re.search(r'factconsolidation_sh_6k\s+CR\s+FactCon-SH\s+1\s+1\s+3\s+0\s+\d+\s+\d+\s+\d+\s+512\s+2$', out, re.M)
     assert lines[-1].startswith('quirks: unknown sources 0;')
-    code, out, _ = cli('data', 'inspect', 'memoryagentbench', JSON, '--source', 'TTL', '--chunk-size', '16')
+    code, out, _ = cli('data', 'inspect', 'memoryagentbench', JSON, '-o', 'source=TTL', '-o', 'chunk_size=16')
     assert code == 0 and 'recsys_redial_full' in out and 'eventqa_full' not in out and re.search(r'\s16\s+\d+$', out, re.M)
-    code, _, err = cli('data', 'inspect', 'locomo', FX / 'locomo10.json', '--source', 'CR')
-    assert code == 2 and err.startswith('memlab: --source applies to memoryagentbench files only')
-    code, _, err = cli('data', 'inspect', 'memoryagentbench', JSON, '--layout', 's')
-    assert code == 2 and err.startswith('memlab: --layout applies to longmemeval files only')
-    code, _, err = cli('data', 'inspect', 'memoryagentbench', JSON, '--source', 'nothing')
+    code, _, err = cli('data', 'inspect', 'locomo', FX / 'locomo10.json', '-o', 'source=CR')
+    assert code == 2 and err.startswith('memlab: -o source: locomo files take no options')
+    code, _, err = cli('data', 'inspect', 'memoryagentbench', JSON, '-o', 'layout=s')
+    assert code == 2 and err.startswith('memlab: -o layout: memoryagentbench files take -o source=..., -o chunk_size=...')
+    code, _, err = cli('data', 'inspect', 'memoryagentbench', JSON, '-o', 'source=nothing')
     assert code == 2 and "no row has metadata.source 'nothing'" in err
-    code, _, err = cli('data', 'inspect', 'memoryagentbench', JSON, '--chunk-size', '0')
-    assert code == 2 and 'must be a positive integer' in err
+    code, _, err = cli('data', 'inspect', 'memoryagentbench', JSON, '-o', 'chunk_size=0')
+    assert code == 2 and "field 'option.chunk_size': Input should be greater than or equal to 1" in err
     code, _, err = cli('data', 'inspect', 'memoryagentbench', JSON, '--sha256', '1' * 64)
     assert code == 2 and err.startswith(f'memlab: {JSON}: sha256')
 

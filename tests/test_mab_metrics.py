@@ -1,6 +1,6 @@
-"""Property tests of memlab.mab_metrics: ranges, perfect predictions, invariances, monotone recall, exact nearest names.
+"""Property tests of memlab.protocols.mab.metrics: ranges, perfect predictions, invariances, monotone recall, exact nearest names.
 
-`memlab.mab_metrics` is imported lazily (the `mm` fixture), not at collection time: importing it registers two judges
+`memlab.protocols.mab.metrics` is imported lazily (the `mm` fixture), not at collection time: importing it registers two judges
 in `memlab.judge.JUDGES`, and `tests/test_judge.py::test_judge_registry` asserts the exact registry of
 `memlab.judge` imported alone. pytest collects every test module before running any test, so a top-level import
 here would change the registry seen by that test.
@@ -15,7 +15,7 @@ from memlab.core import Query
 
 @pytest.fixture(scope='module')
 def mm():
-    return importlib.import_module('memlab.mab_metrics')
+    return importlib.import_module('memlab.protocols.mab.metrics')
 
 
 ANSWER_TEXT = st.text(alphabet=string.ascii_letters + string.digits + ' ,.!?-\'', min_size=0, max_size=30)
@@ -236,8 +236,8 @@ def test_llm_summary_judge_never_crashes(mm, replies):
 # ---------------------------------------------------------------- the metric table and averages
 
 def test_metric_table_names_are_registered(mm):
-    "Every family of the one table (memlab.mab.SOURCE_FAMILIES) names a metric (or judge) this module registers."
-    from memlab.mab import SOURCE_FAMILIES, family_of
+    "Every family of the one table (memlab.protocols.mab.data.SOURCE_FAMILIES) names a metric (or judge) this module registers."
+    from memlab.protocols.mab.data import SOURCE_FAMILIES, family_of
     for f in SOURCE_FAMILIES:
         if f.offline: assert f.metric in mm.JUDGES and f.offline in mm.JUDGES, f
         else: assert f.metric in mm.METRICS and mm.mab_metric(f.prefix, catalogue=mm.MovieCatalogue({0: 'Up'})), f

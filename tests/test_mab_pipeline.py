@@ -1,9 +1,9 @@
-"""End to end over the three MemoryAgentBench modules: generate (`memlab.mab_synth`) -> write -> load (`memlab.mab`)
--> score (`memlab.mab_metrics`), for every synthetic family, with the metric the one table (`memlab.mab.SOURCE_FAMILIES`)
+"""End to end over the three MemoryAgentBench modules: generate (`memlab.protocols.mab.synth`) -> write -> load (`memlab.protocols.mab.data`)
+-> score (`memlab.protocols.mab.metrics`), for every synthetic family, with the metric the one table (`memlab.protocols.mab.data.SOURCE_FAMILIES`)
 names for the loaded source.
 
 A perfect prediction is the gold answer written as a model would write it for the family's metric; it must score 1
-(x100 = 100), and a wrong prediction must score below 1. `memlab.mab_metrics` is imported lazily (the `mm` fixture):
+(x100 = 100), and a wrong prediction must score below 1. `memlab.protocols.mab.metrics` is imported lazily (the `mm` fixture):
 importing it registers judges, and `tests/test_judge.py` asserts the registry of `memlab.judge` imported alone.
 """
 import importlib, json, re
@@ -11,14 +11,14 @@ import importlib, json, re
 import pytest
 
 from memlab.judge import make_judge
-from memlab.mab import SOURCE_FAMILIES, family_of, load_memoryagentbench
-from memlab.mab_synth import MAB_GENERATORS, generator_family, make_mab, recsys_entity2id, write_rows
+from memlab.protocols.mab.data import SOURCE_FAMILIES, family_of, load_memoryagentbench
+from memlab.protocols.mab.synth import MAB_GENERATORS, generator_family, make_mab, recsys_entity2id, write_rows
 
 FAMILIES = sorted(MAB_GENERATORS)
 
 
 @pytest.fixture(scope='module')
-def mm(): return importlib.import_module('memlab.mab_metrics')
+def mm(): return importlib.import_module('memlab.protocols.mab.metrics')
 
 
 def nq(name): return 1 if name == 'infbench_sum' else 3

@@ -2,7 +2,7 @@
 notebook lists: extraction damage in three Figure 5 prompts, and the RAG ∞Bench-Sum prompt the seed does not give)."""
 from pathlib import Path
 import pytest
-from memlab.mab_protocol import LONG_CONTEXT_PROMPTS, RAG_PROMPTS, PROMPT_NOTES
+from memlab.protocols.mab.protocol import LONG_CONTEXT_PROMPTS, RAG_PROMPTS, PROMPT_NOTES
 
 SEED = Path(__file__).resolve().parents[2] / 'shared' / 'seeds' / '001_837a04218615b2c2.txt'
 pytestmark = pytest.mark.skipif(not SEED.exists(), reason='seed texts not beside the repository (../shared)')

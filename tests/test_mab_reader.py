@@ -1,10 +1,10 @@
-"""Tests of memlab.mab_reader: the offline reader on every synthetic MemoryAgentBench family.
+"""Tests of memlab.protocols.mab.reader: the offline reader on every synthetic MemoryAgentBench family.
 
-For every generator family (`memlab.mab_synth.MAB_GENERATORS`), rows are generated, written, loaded with
-`memlab.mab.load_memoryagentbench` and ingested by the long-context agent's memory (one unit holding every chunk)
+For every generator family (`memlab.protocols.mab.synth.MAB_GENERATORS`), rows are generated, written, loaded with
+`memlab.protocols.mab.data.load_memoryagentbench` and ingested by the long-context agent's memory (one unit holding every chunk)
 and by a RAG memory (BM25, top 10 chunks, queried with seed 001 B.3's retrieval query). The strong reader must
 score clearly above trivial baselines (the first 20 words of the first unit; a constant "I don't know") with the
-family's official metric (`memlab.mab_metrics.mab_metric`; the offline judges for LongMemEval and ∞Bench-Sum).
+family's official metric (`memlab.protocols.mab.metrics.mab_metric`; the offline judges for LongMemEval and ∞Bench-Sum).
 Further tests: the documented tier differences, the output formats the metrics parse, determinism, and hypothesis
 properties of the FactConsolidation reader (newest serial wins, chunking does not matter).
 """
@@ -15,12 +15,12 @@ from hypothesis import given, settings, strategies as st
 
 from memlab.core import Evidence, QueryView
 from memlab.judge import make_judge
-from memlab.mab import family_of, load_memoryagentbench
-from memlab.mab_metrics import MovieCatalogue, mab_metric, recommendation_items, score_x100
-from memlab.mab_protocol import retrieval_query
-from memlab.mab_reader import (TASK_READERS, MAB_SKILLS, numbered_facts, answer_facts, read_task, event_options,
+from memlab.protocols.mab.data import family_of, load_memoryagentbench
+from memlab.protocols.mab.metrics import MovieCatalogue, mab_metric, recommendation_items, score_x100
+from memlab.protocols.mab.protocol import retrieval_query
+from memlab.protocols.mab.reader import (TASK_READERS, MAB_SKILLS, numbered_facts, answer_facts, read_task, event_options,
                                label_model, sentence_terms)
-from memlab.mab_synth import MAB_GENERATORS, make_mab, recsys_entity2id, write_rows
+from memlab.protocols.mab.synth import MAB_GENERATORS, make_mab, recsys_entity2id, write_rows
 from memlab.memory import make_memory
 from memlab.reader import ABSTAIN, TIERS
 
@@ -94,7 +94,7 @@ def test_tiers_differ_as_documented():
 
 
 def test_every_prompt_task_has_a_reader():
-    from memlab.mab_protocol import RAG_PROMPTS
+    from memlab.protocols.mab.protocol import RAG_PROMPTS
     assert set(TASK_READERS) == set(RAG_PROMPTS)
     assert set(MAB_SKILLS) == set(TIERS)
 

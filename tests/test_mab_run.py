@@ -6,8 +6,8 @@ import pytest
 from loopback import LoopbackServer
 from memlab.core import QueryView
 from memlab.runner import RunConfig, run, score, results_frame, ResultsStore
-from memlab.mab_agents import mab_synthetic, mab_agents, memorize_history
-from memlab.mab_synth import MAB_GENERATORS
+from memlab.protocols.mab.agents import mab_synthetic, mab_agents, memorize_history
+from memlab.protocols.mab.synth import MAB_GENERATORS
 
 ROOT = Path(__file__).resolve().parents[1]
 NB = ROOT / 'nbs' / 'sections' / 'memoryagentbench.ipynb'
@@ -114,7 +114,7 @@ run_name: fixture""", env)
 @pytest.mark.parametrize('spec', mab_agents(names=('long-context', 'bm25', 'dense', 'ppr-graph', 'items')), ids=lambda s: s['name'])
 def test_prepared_memories_checkpoint_and_search_identically(spec, tmp_path):
     "prepare() builds the lazy indexes inside construction; the prepared memory survives a checkpoint round trip."
-    from memlab.mab import MemoryCheckpoint
+    from memlab.checkpoint import MemoryCheckpoint
     spec = dict(spec, embedder='hash-embed') if spec['name'] == 'dense' else spec
     sessions = memorize_history(INSTS[0], {})
     ck = MemoryCheckpoint(tmp_path); built, status = ck.get_or_build(spec, sessions)

@@ -1,4 +1,4 @@
-"Tests of memlab.mab_synth: offline MemoryAgentBench-like generators (layout, determinism, length, answerability)."
+"Tests of memlab.protocols.mab.synth: offline MemoryAgentBench-like generators (layout, determinism, length, answerability)."
 import ast
 import datetime as dt
 import json
@@ -7,13 +7,13 @@ import re
 import pytest
 
 from memlab.core import count_tokens
-from memlab.mab import COMPETENCIES
-from memlab.mab_synth import (MAB_GENERATORS, generator_family, META_KEYS, make_mab, write_rows,
+from memlab.protocols.mab.data import COMPETENCIES
+from memlab.protocols.mab.synth import (MAB_GENERATORS, generator_family, META_KEYS, make_mab, write_rows,
                               NIAH_NEEDLE, NIAH_ADJECTIVES, NIAH_NOUNS, INTENT_SETS, icl_labels, icl_label_of,
                               LME_FACTS, LME_TALLIES, LME_TR_SAY, LME_TR_ASK, LME_PREFERENCES, LME_TYPE_COUNTS,
                               EV_OBJECT_VERBS, EV_PERSON_VERBS, FC_HEADER, FC_RELATIONS, fc_facts, fc_answer, recsys_catalogue,
                               recsys_entity2id, movie_mention, INFBENCH_SUM_QUESTION)
-from memlab.mab_metrics import MovieCatalogue, movie_name, recsys_recall
+from memlab.protocols.mab.metrics import MovieCatalogue, movie_name, recsys_recall
 from memlab.synth import DATE_FMT
 
 FAMILIES = sorted(MAB_GENERATORS)
@@ -378,7 +378,7 @@ def test_factconsolidation_mh_chains_two_facts():
 # ------------------------------------------------------------------------------------------- loader
 
 def test_the_mab_loader_reads_synthetic_rows(tmp_path):
-    mab = pytest.importorskip('memlab.mab')
+    mab = pytest.importorskip('memlab.protocols.mab.data')
     rows = [r for name in FAMILIES for r in make_mab(name, n_contexts=1, questions_per_context=nq(name, 3),
                                                       context_tokens=4096, seed=0)]
     p = write_rows(rows, tmp_path / 'synthetic.json', entity2id=recsys_entity2id())

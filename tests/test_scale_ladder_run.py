@@ -2,10 +2,10 @@
 import json
 import pytest
 from memlab.synth import make_ladder_benchmark
-from memlab.ladder import ladder_history
+from memlab.protocols.scale.ladder import ladder_history
 from memlab.runner import RunConfig, run, score, results_frame, ResultsStore
 from memlab.cli import make_executor
-from memlab.scale import with_scale, diagnostics
+from memlab.protocols.scale.protocol import with_scale, diagnostics
 
 INSTS, POOL = make_ladder_benchmark(n_queries=8, pool_size=80, seed=1)
 LADDER = (0, 20, 40)

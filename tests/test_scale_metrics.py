@@ -1,7 +1,7 @@
-"""Property tests of seed 000's diagnostics (memlab.scale) on random rollout tables."""
+"""Property tests of seed 000's diagnostics (memlab.protocols.scale.protocol) on random rollout tables."""
 import numpy as np, pandas as pd
 from hypothesis import given, settings, strategies as st
-from memlab.scale import outcomes, call_quantile, diagnostics, onset, with_scale, budget_curve, table1
+from memlab.protocols.scale.protocol import outcomes, call_quantile, diagnostics, onset, with_scale, budget_curve, table1
 
 rollouts = st.lists(st.tuples(st.integers(0, 1), st.integers(0, 9)), min_size=1, max_size=60)
 

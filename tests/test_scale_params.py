@@ -12,7 +12,7 @@ from pathlib import Path
 import papermill
 import pytest
 
-from memlab.scale import SCALE_PARAMS, check_params
+from memlab.protocols.scale.protocol import SCALE_PARAMS, check_params
 
 ROOT = Path(__file__).resolve().parents[1]
 NB = ROOT / 'nbs' / 'sections' / 'scale_ladder.ipynb'

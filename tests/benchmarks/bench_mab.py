@@ -7,8 +7,8 @@
 
 Seed 001 §4.4.3: "we randomly choose 5 examples from RULER-QA2 and LME (S*), and report the latency of various memory
 agents" as Memory Construction (M.C.) and Query Execution (Q.E.) at chunk sizes 512 and 4096 (Table 4). Here the
-contexts are memlab's seeded synthetic ones (`memlab.mab_synth.make_mab`), chunked by the loader's official chunker
-(`memlab.mab.rows_to_instances`), and the agents are `memlab.mab_agents.mab_agents(k=10)`: offline memories, no LLM
+contexts are memlab's seeded synthetic ones (`memlab.protocols.mab.synth.make_mab`), chunked by the loader's official chunker
+(`memlab.protocols.mab.data.rows_to_instances`), and the agents are `memlab.protocols.mab.agents.mab_agents(k=10)`: offline memories, no LLM
 anywhere, on a 2-core CPU shared with other processes (the load average is printed). The paper's numbers include
 embedding models on GPUs and LLM calls; these do not, so only the shape (ratios, scaling) compares.
 
@@ -39,14 +39,14 @@ from pathlib import Path
 import numpy as np, pandas as pd
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from memlab.mab_synth import make_mab
-from memlab.mab import rows_to_instances, count_chunk_tokens, family_of, CHUNK_TOKENIZER, SENTENCE_SPLITTER
+from memlab.protocols.mab.synth import make_mab
+from memlab.protocols.mab.data import rows_to_instances, count_chunk_tokens, family_of, CHUNK_TOKENIZER, SENTENCE_SPLITTER
 from memlab.memory import make_memory
 from memlab.index import STORE, get_embedder, dense_available
 from memlab.graph import GRAPH_CACHE
 from memlab.planar import ITEM_CACHE
 from memlab.agent import run_loop, POLICIES
-from memlab.mab_agents import mab_agents   # also registers the 'mab-reader' policy
+from memlab.protocols.mab.agents import mab_agents   # also registers the 'mab-reader' policy
 
 AGENTS, POLICY = mab_agents(k=10), ('mab-reader', dict(tier='strong'))   # seed 001's agents; the offline reader
 PROBE = 'memory construction probe'   # the first search, which builds each memory's lazy index

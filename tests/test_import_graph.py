@@ -1,0 +1,78 @@
+"""memlab's layout: the harness (every module outside `memlab.protocols`) knows no paper, and nothing imports in a circle.
+
+The graph is read with `ast` from the installed sources, every `import` counted wherever it stands (a function-level
+import is still a dependency). Protocol packages reach the harness through its registries and the `memlab.plugins`
+entry points, never the other way round.
+"""
+import ast, graphlib
+from pathlib import Path
+
+import pytest
+
+import memlab
+
+PKG = Path(memlab.__file__).parent
+PROTOCOLS = 'memlab.protocols'
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PKG.parent).with_suffix('').parts
+    return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
+
+
+def imports(path: Path, name: str, modules: set) -> set:
+    "The memlab modules `path` imports (relative imports resolved; `from pkg import mod` counted as the module)."
+    pkg = name if path.name == '__init__.py' else name.rpartition('.')[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import): targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ''
+            if node.level:
+                up = pkg.split('.')[:len(pkg.split('.')) - (node.level - 1)]
+                base = '.'.join(up + ([base] if base else []))
+            targets = [f'{base}.{a.name}' if f'{base}.{a.name}' in modules else base for a in node.names]
+        else: continue
+        for t in targets:
+            while t and t not in modules: t = t.rpartition('.')[0]   # `import memlab.protocols.mab.data` -> that module
+            if t and t != 'memlab' and t != name: out.add(t)
+    return out
+
+
+@pytest.fixture(scope='module')
+def graph() -> dict:
+    files = {module_name(p): p for p in PKG.rglob('*.py')}
+    return {m: imports(p, m, set(files)) for m, p in files.items()}
+
+
+def test_layout(graph):
+    assert {'memlab.protocols.scale.ladder', 'memlab.protocols.mab.data', 'memlab.runner'} <= set(graph)
+    flat = [m for m in graph if m.count('.') == 1 and any(k in m for k in ('mab', 'ladder', 'scale'))]
+    assert not flat, f'paper modules outside memlab.protocols: {flat}'
+
+
+def test_no_import_cycles(graph):
+    try: graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as e: pytest.fail(f'import cycle: {" -> ".join(e.args[1])}')
+
+
+def test_harness_imports_no_protocol(graph):
+    bad = sorted((m, t) for m, ts in graph.items() if not m.startswith(PROTOCOLS) for t in ts if t.startswith(PROTOCOLS))
+    assert not bad, f'harness modules importing protocol modules: {bad}'
+
+
+def test_the_checker_sees_cycles_and_protocol_imports(tmp_path):
+    "The reader of the graph is not blind: a planted cycle and a planted harness->protocol import are found."
+    pkg = tmp_path / 'memlab'; (pkg / 'protocols' / 'p').mkdir(parents=True)
+    for f, text in {'__init__.py': '', 'a.py': 'from .b import x\n', 'b.py': 'def f():\n    import memlab.a\n',
+                    'protocols/__init__.py': '', 'protocols/p/__init__.py': '', 'protocols/p/m.py': 'from memlab.a import y\n',
+                    'c.py': 'from memlab.protocols.p import m\n'}.items():
+        (pkg / f).write_text(text)
+    global PKG
+    old, PKG = PKG, pkg
+    try:
+        files = {module_name(p): p for p in pkg.rglob('*.py')}
+        g = {m: imports(p, m, set(files)) for m, p in files.items()}
+    finally: PKG = old
+    assert g['memlab.a'] == {'memlab.b'} and g['memlab.b'] == {'memlab.a'} and g['memlab.c'] == {'memlab.protocols.p.m'}
+    with pytest.raises(graphlib.CycleError): graphlib.TopologicalSorter(g).prepare()
