@@ -139,7 +139,9 @@ def _cmd_report(a):
     labels = sorted(df['policy_label'].unique())
     print('policy labels:', '; '.join(labels))
     print(t.round(4).to_string(index=False))
-    if a.csv: t.to_csv(a.csv, index=False)
+    if a.csv:
+        from memlab.plots import save_table
+        save_table(t, a.csv, labels)
 
 def _cmd_estimate(a):
     from memlab.runner import RunConfig, estimate, load_dataset, make_history

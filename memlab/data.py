@@ -15,7 +15,7 @@ from .judge import LOCOMO_CATEGORIES
 # %% auto #0
 __all__ = ['KNOWN_SHA256', 'read_records', 'LME_TYPES', 'LME_DATE_FORMAT', 'LME_LAYOUTS', 'LOCOMO_DATE_FORMATS',
            'LOCOMO_ABSTAIN_ANSWER', 'LOADERS', 'INSPECTORS', 'ChecksumError', 'file_sha256', 'verify_sha256', 'Fields',
-           'lme_layout', 'load_longmemeval', 'parse_dia_ids', 'load_locomo', 'split_queries', 'summarize',
+           'lme_layout', 'load_longmemeval', 'parse_dia_ids', 'load_locomo', 'split_queries', 'records_of', 'summarize',
            'inspect_dataset', 'inspect_longmemeval', 'inspect_locomo', 'inspection_text']
 
 # %% ../nbs/01a_data.ipynb #d765bc61
@@ -292,6 +292,10 @@ def split_queries(instances: Iterable[Instance]) -> list[Instance]:
         out += [Instance(id=f'{inst.id}/{q.id}', sessions=inst.sessions, queries=[q], meta={**inst.meta, 'split_from': inst.id})
                 for q in inst.queries]
     return out
+
+def records_of(instances: Iterable[Instance]) -> dict:
+    "Instance id -> the record it came from (a split instance's `split_from`, else itself): the unit to bootstrap by."
+    return {i.id: i.meta.get('split_from', i.id) for i in instances}
 
 # %% ../nbs/01a_data.ipynb #94b3fc83
 LOADERS = Registry('dataset format')

@@ -14,7 +14,8 @@ import seaborn as sns
 from .core import OFFLINE_LABEL
 
 # %% auto #0
-__all__ = ['OFFLINE_LABELS', 'is_offline', 'label_figure', 'save_figure', 'ci_bars']
+__all__ = ['OFFLINE_LABELS', 'TABLE_DIGITS', 'is_offline', 'label_figure', 'save_figure', 'panel_grid', 'short_names',
+           'legend_key', 'save_table', 'ci_bars']
 
 # %% ../nbs/08_plots.ipynb #28669c29
 OFFLINE_LABELS = frozenset({OFFLINE_LABEL})
@@ -40,6 +41,57 @@ def save_figure(fig: plt.Figure, path: str|Path, dpi: int=110) -> Path:
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=dpi, bbox_inches='tight', metadata={'Software': None})
     plt.close(fig); return path
+
+# %% ../nbs/08_plots.ipynb #5150f395
+def panel_grid(n: int, # panels needed
+               ncols: int=3, # panels per row at most
+               panel: tuple=(2.6, 2.2), # (width, height) of one panel in inches
+               **kw # passed to plt.subplots (sharey=, sharex=, ...)
+              ) -> tuple:
+    "A figure and its `n` axes in rows of at most `ncols` (unused cells removed)."
+    if n < 1: raise ValueError('panel_grid needs at least one panel')
+    nr = -(-n // ncols); nc = -(-n // nr)                               # balanced rows: 4 panels are 2 x 2, 5 are 2 x 3
+    fig, axes = plt.subplots(nr, nc, figsize=(panel[0] * nc, panel[1] * nr), squeeze=False, **kw)
+    flat = list(axes.ravel())
+    for ax in flat[n:]: ax.remove()
+    return fig, flat[:n]
+
+def short_names(names: Sequence[str], # series names, e.g. policy specs 'offline-reader[tier=weak]'
+                max_len: int=18 # longer names (after stripping what all share) become letters
+               ) -> dict:
+    "Short legend labels: the part that differs between names, or A, B, ... when that is still long."
+    names = list(dict.fromkeys(map(str, names)))
+    if len(names) < 2: return {n: n for n in names}
+    import os.path
+    pre = os.path.commonprefix(names); suf = os.path.commonprefix([n[::-1] for n in names])[::-1]
+    cut = {n: n[len(pre):len(n) - len(suf)] for n in names}
+    if all(cut.values()) and len(set(cut.values())) == len(names) and max(map(len, cut.values())) <= max_len: return cut
+    if max(map(len, names)) <= max_len: return {n: n for n in names}
+    return {n: chr(65 + i) if i < 26 else f'S{i}' for i, n in enumerate(names)}
+
+def legend_key(fig: plt.Figure, # the figure
+               short: dict # `short_names` output
+              ) -> plt.Figure:
+    "Print 'A: long name' lines under the figure when `short` replaced names by letters."
+    keys = [f'{s}: {n}' for n, s in short.items() if s != n and len(s) <= 3 and s.isupper()]
+    if keys: fig.text(0.01, -0.06, '\n'.join(keys), fontsize=7, color='dimgray', ha='left', va='top', family='monospace')
+    return fig
+
+# %% ../nbs/08_plots.ipynb #7541253e
+TABLE_DIGITS = 10   # significant digits of floats in saved tables
+
+def save_table(table: pd.DataFrame, # the table
+               path: str|Path, # the CSV file
+               labels: Sequence[str], # policy labels of the data (`policy_label` column), as for `label_figure`
+               digits: int=TABLE_DIGITS # significant digits of floats
+              ) -> Path:
+    "Write a CSV with a `label` column saying what produced it, floats without binary noise."
+    labels = sorted(set(labels))
+    if not labels: raise ValueError('save_table needs the policy labels of the data')
+    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    t = table if 'label' in table else table.assign(label='; '.join(labels))
+    t.to_csv(path, index=False, float_format=f'%.{digits}g')
+    return path
 
 # %% ../nbs/08_plots.ipynb #ae5d9462
 def ci_bars(table: pd.DataFrame, # rows with mean, lo, hi (e.g. from `stats.bootstrap_table`)

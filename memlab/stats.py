@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 
 # %% auto #0
-__all__ = ['MAX_ELEMS', 'task_index', 'resample_counts', 'CI', 'bootstrap_ci', 'paired_bootstrap_diff', 'bootstrap_table',
-           'McNemar', 'mcnemar_exact', 'holm', 'mcnemar_table', 'cohens_kappa', 'kappa_ci', 'spearman', 'spearman_ci',
-           'simulate_rollouts', 'coverage_simulation']
+__all__ = ['MAX_ELEMS', 'task_index', 'resample_counts', 'CI', 'bootstrap_ci', 'bootstrap_quantile', 'paired_bootstrap_diff',
+           'bootstrap_table', 'McNemar', 'mcnemar_exact', 'holm', 'mcnemar_table', 'cohens_kappa', 'kappa_ci',
+           'spearman', 'spearman_ci', 'simulate_rollouts', 'coverage_simulation']
 
 # %% ../nbs/06_stats.ipynb #3e894347
 def _as_1d(labels) -> np.ndarray:
@@ -136,6 +136,25 @@ def bootstrap_ci(values, # per-rollout scores (0/1 or float)
     boot = np.concatenate([s[idx].sum(1) / n[idx].sum(1) for idx in _index_chunks(ts, n_resamples, seed)])
     lo, hi = _percentile(boot, ci)
     return CI(float(v.mean()), lo, hi, len(v), T, ci, int(n_resamples), boot if keep_boot else None)
+
+# %% ../nbs/06_stats.ipynb #7398bd03
+def bootstrap_quantile(values, # per-rollout values, e.g. retrieval calls R(τ)
+                       groups=None, # task id of each rollout; None: each rollout is its own task
+                       q: float=0.9, # the quantile level (0.9: P90R)
+                       n_resamples: int=1000, # bootstrap resamples
+                       ci: float=0.95, # confidence level
+                       seed: int=0 # RNG seed
+                      ) -> CI:
+    "Lower empirical q-quantile (smallest r with F(r) >= q) with a percentile CI from resampling tasks."
+    _check_boot_args(n_resamples, ci)
+    if not 0 < q <= 1: raise ValueError(f'q must be in (0, 1], not {q}')
+    v = _as_values(values); codes, T, ts = task_index(groups, len(v), None)
+    u, inv = np.unique(v, return_inverse=True)
+    H = np.zeros((T, len(u))); np.add.at(H, (codes, inv), 1)            # per task: how many rollouts took each value
+    first = lambda c: u[np.argmax(np.cumsum(c, -1) >= q * c.sum(-1, keepdims=True) - 1e-9, axis=-1)]
+    boot = np.concatenate([first(_counts(idx, T) @ H) for idx in _index_chunks(ts, n_resamples, seed)])
+    lo, hi = _percentile(boot, ci)
+    return CI(float(first(H.sum(0))), lo, hi, len(v), T, ci, int(n_resamples), None)
 
 # %% ../nbs/06_stats.ipynb #2e7934cb
 def paired_bootstrap_diff(a, # per-rollout scores of system A

@@ -23,6 +23,9 @@ CASES = {
                                                    f"pool_path: {FX / 'longmemeval_s_cleaned.json'}\nn_queries: null\nladder: [0, 2, 4]\n"
                                                    "memories: [bm25, entity-graph]\ntiers: [medium]\nn_resamples: 20"),
     'scale-defaults': ('scale_ladder', ''),
+    'scale-locomo-by-record-by-type': ('scale_ladder', f"dataset: locomo\ndata_path: {FX / 'locomo10.json'}\npool_path: {FX / 'longmemeval_s_cleaned.json'}\n"
+                                                       "n_queries: 8\nladder: [0, 2]\nmemories: [bm25]\ntiers: [strong]\nbootstrap_unit: record\n"
+                                                       "by_type: true\nn_resamples: 20"),
     'walkthrough-weak-small-k': ('walkthrough', "tier: weak\nk: 3\nwindow_tokens: 600\nn_instances: 2\nqueries_per_instance: 5\nn_filler: 10\nn_resamples: 50"),
     'mab-one-agent-one-family': ('memoryagentbench', "agents: [bm25]\nfamilies: [ruler_qa1]\nablation_families: [ruler_qa1]\ntopk_ablation: [2]\n"
                                                      "chunk_sizes: [512]\ncontext_lengths: [2000]\ncontext_tokens: 2000\nquestions_per_context: 3\nn_resamples: 50"),
@@ -32,7 +35,8 @@ CASES = {
 def papermill(name: str, tmp: Path) -> subprocess.CompletedProcess:
     section, params = CASES[name]
     out = tmp / name
-    env = {**os.environ, 'MEMLAB_OUT': str(out), 'MEMLAB_PROGRESS': '0', 'MEMLAB_CACHE': str(tmp / f'{name}.sqlite')}
+    env = {**os.environ, 'MEMLAB_OUT': str(out), 'MEMLAB_CACHE': str(tmp / f'{name}.sqlite')}
+    env.pop('MEMLAB_PROGRESS', None)                          # progress bars on, as in a researcher's run
     args = [sys.executable, '-m', 'papermill', '-k', 'python3', '--cwd', str(SECTIONS), str(SECTIONS / f'{section}.ipynb'),
             str(tmp / f'{name}.ipynb'), '--log-level', 'WARNING']
     return subprocess.run(args + (['-y', params] if params else []), env=env, capture_output=True, text=True, timeout=900)
@@ -42,31 +46,37 @@ def papermill(name: str, tmp: Path) -> subprocess.CompletedProcess:
 def runs(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp('sections')
     with ThreadPoolExecutor(2) as ex: done = dict(zip(CASES, ex.map(lambda n: papermill(n, tmp), CASES)))
-    return {n: (r, tmp / n / 'results' / CASES[n][0]) for n, r in done.items()}
+    return {n: (r, tmp / n / 'results' / CASES[n][0], tmp / f'{n}.ipynb') for n, r in done.items()}
 
 
 @pytest.mark.parametrize('name', list(CASES))
 def test_section_runs(runs, name):
-    r, results = runs[name]
+    r, results, nb = runs[name]
     assert r.returncode == 0, r.stderr[-3000:]
-    assert any(results.glob('*.csv')), f'no table written under {results}'
+    tables = list(results.glob('*.csv'))
+    assert tables, f'no table written under {results}'
+    for t in tables: assert 'label' in pd.read_csv(t).columns, f'{t.name} does not say what produced it'
+    assert 'application/vnd.jupyter.widget' not in nb.read_text(), 'a saved notebook holds a (frozen) widget progress bar'
 
 
 def test_scale_tables_name_the_ladder_ends(runs):
-    _, one = runs['scale-one-rung-one-memory']
+    _, one, _ = runs['scale-one-rung-one-memory']
     assert {'pass_b_s0', 'P90R_s0'} <= set(pd.read_csv(one / 'table1.csv').columns)
-    _, three = runs['scale-three-rungs-iterative-only']
+    _, three, _ = runs['scale-three-rungs-iterative-only']
     t1, t3 = pd.read_csv(three / 'table1.csv'), pd.read_csv(three / 'table3.csv')
     assert {'pass_b_s2', 'P90R_s2'} <= set(t1.columns) and not any('s4' in c for c in [*t1.columns, *t3.columns])
-    _, lme = runs['scale-lme-oracle-with-pool']
+    _, lme, _ = runs['scale-lme-oracle-with-pool']
     t4 = pd.read_csv(lme / 'table4.csv')
     assert t4['N_irr'].tolist() == [0, 2, 4], t4            # the oracle file alone holds no irrelevant sessions: the pool does
+    _, loc, _ = runs['scale-locomo-by-record-by-type']
+    by = pd.read_csv(loc / 'table1_by_type.csv')
+    assert {'qtype', 'pass_b_s0', 'pass_b_s1'} <= set(by.columns) and by['qtype'].nunique() > 1, by
 
 
 def test_default_offline_run_shows_both_failure_regimes(runs):
     "Seed 000's two regimes on the default run: a single-pass interface wrong within budget more often at the last scale,"
     " and an iterative interface whose weakest tier exceeds B0 more than its strongest."
-    _, results = runs['scale-defaults']
+    _, results, _ = runs['scale-defaults']
     d = pd.read_csv(results / 'diagnostics.csv'); d['mem'] = d['memory'].str.replace(r'\[.*', '', regex=True)
     lo, hi = d['n_irr'].min(), d['n_irr'].max()
     single = d[d['mem'].isin(['bm25', 'ppr-graph'])]

@@ -17,8 +17,8 @@ from ...runner import results_frame
 from ...stats import bootstrap_table, mcnemar_table
 
 # %% auto #0
-__all__ = ['TASK_ORDER', 'COMP_ORDER', 'RAG_CATEGORIES', 'mab_results', 'table2', 'mark_best', 'per_source', 'lc_vs_best_rag',
-           'ablation', 'plot_ablation', 'latency']
+__all__ = ['TASK_ORDER', 'COMP_ORDER', 'RAG_CATEGORIES', 'AXIS_LABELS', 'mab_results', 'table2', 'mark_best', 'per_source',
+           'lc_vs_best_rag', 'ablation', 'plot_ablation', 'latency']
 
 # %% ../../../nbs/protocols/mab/07_report.ipynb #d01f04a9
 TASK_ORDER = [f.name for f in SOURCE_FAMILIES]   # the paper's column order
@@ -104,6 +104,8 @@ def ablation(df: pd.DataFrame, # `mab_results` rows of several runs, with a colu
     t[['mean', 'lo', 'hi']] *= 100
     return t
 
+AXIS_LABELS = {'chunk_size': 'chunk size (tokens)', 'k': 'top-k (retrieved chunks)', 'context_tokens': 'context length (tokens)'}
+
 def plot_ablation(t: pd.DataFrame, # `ablation` output
                   param: str, # the x axis
                   task: str, # which task's panel
@@ -120,7 +122,8 @@ def plot_ablation(t: pd.DataFrame, # `ablation` output
         ax.plot(g[param], g['mean'], marker='o', color=c, label=' / '.join(map(str, key)) if isinstance(key, tuple) else key)
         ax.fill_between(g[param], g['lo'], g['hi'], color=c, alpha=0.15)
     if logx: ax.set_xscale('log', base=2)
-    ax.set_xlabel(param); ax.set_ylabel('score x100'); ax.set_title(task, fontsize=10)
+    ax.set_xlabel(AXIS_LABELS.get(param, param), fontsize=8); ax.set_ylabel('score (0-100)', fontsize=8); ax.set_title(task, fontsize=9)
+    ax.tick_params(labelsize=7)
     return ax
 
 def latency(df: pd.DataFrame, # `mab_results` rows, with a `chunk_size` column

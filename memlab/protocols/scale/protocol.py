@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
-from ...stats import bootstrap_ci
+from ...stats import bootstrap_ci, bootstrap_quantile
 from ...core import Instance, validate_params
 from ...memory import HISTORIES   # seed 000 registers its ladder history (`scale-ladder`) into the harness
 from ...runner import DATASETS   # and its synthetic dataset kind (`synthetic-ladder`)
@@ -82,7 +82,7 @@ def diagnostics(df: pd.DataFrame, # with_scale output, one row per evaluated rol
                 ci: float=0.95, # confidence level
                 seed: int=0 # bootstrap seed
                ) -> pd.DataFrame:
-    "Pass@B, p_wrong, p_exh (mean and CI), P90R, MedR and counts per cell."
+    "Pass@B, p_wrong, p_exh (mean and CI), P90R (and its CI), MedR and counts per cell."
     by = list(by); rows = []
     for key, g in df.groupby(by, observed=True, sort=True):
         key = key if isinstance(key, tuple) else (key,)
@@ -92,7 +92,8 @@ def diagnostics(df: pd.DataFrame, # with_scale output, one row per evaluated rol
             r = bootstrap_ci(o[col].to_numpy(), g[group].to_numpy(), n_resamples, ci, seed)
             name = {'pass_b': 'pass_b', 'wrong': 'p_wrong', 'exh': 'p_exh'}[col]
             row.update({name: r.mean, f'{name}_lo': r.lo, f'{name}_hi': r.hi})
-        row.update(P90R=call_quantile(g['n_calls'], 0.9), MedR=call_quantile(g['n_calls'], 0.5),
+        p90 = bootstrap_quantile(g['n_calls'].to_numpy(), g[group].to_numpy(), 0.9, n_resamples, ci, seed)
+        row.update(P90R=call_quantile(g['n_calls'], 0.9), P90R_lo=p90.lo, P90R_hi=p90.hi, MedR=call_quantile(g['n_calls'], 0.5),
                    mean_calls=float(g['n_calls'].mean()))
         rows.append(row)
     return pd.DataFrame(rows)
@@ -203,24 +204,32 @@ def reporting_card(diag: pd.DataFrame, # diagnostics() at the primary budget
 def _cells(d: pd.DataFrame) -> list:
     return list(dict.fromkeys(zip(d['policy'], d['memory'])))
 
+def _axes(axes, n: int, **kw) -> list:
+    "The given axes as a flat list, or a new grid of `n` panels (rows of at most three)."
+    if axes is not None: return list(np.ravel(axes))
+    from memlab.plots import panel_grid
+    return panel_grid(n, **kw)[1]
+
 def plot_reliability(diag: pd.DataFrame, # diagnostics() at one budget
                      alpha: float=ALPHA, # threshold line
-                     axes=None # one axes per memory interface (default: a new row of panels)
+                     axes=None # one axes per memory interface (default: a grid of panels, three per row)
                     ):
     "Figure 2: Pass@B vs added irrelevant sessions, one panel per interface, one line (CI band) per agent, alpha line."
     mems = list(dict.fromkeys(diag['memory'])); pols = list(dict.fromkeys(diag['policy']))
-    import matplotlib.pyplot as plt, seaborn as sns   # plotting libraries load on first plot
-    if axes is None: axes = plt.subplots(1, len(mems), figsize=(3.2 * len(mems), 3.4), sharey=True, squeeze=False)[1][0]
-    pal = dict(zip(pols, sns.color_palette('colorblind', len(pols))))
+    import seaborn as sns   # plotting libraries load on first plot
+    from memlab.plots import short_names
+    axes = _axes(axes, len(mems), sharey=True)
+    pal = dict(zip(pols, sns.color_palette('colorblind', len(pols)))); short = short_names(pols)
     for ax, m in zip(axes, mems):
         for p in pols:
             g = diag[(diag['policy'] == p) & (diag['memory'] == m)].sort_values('n_irr')
             if not len(g): continue
-            ax.plot(g['n_irr'], 100 * g['pass_b'], marker='o', color=pal[p], label=p)
+            ax.plot(g['n_irr'], 100 * g['pass_b'], marker='o', ms=3, color=pal[p], label=short[p])
             ax.fill_between(g['n_irr'], 100 * g['pass_b_lo'], 100 * g['pass_b_hi'], color=pal[p], alpha=0.15)
         ax.axhline(100 * alpha, ls='--', color='gray', lw=1); ax.set_title(str(m), fontsize=9)
-        ax.set_xlabel('added irrelevant sessions'); ax.set_ylim(0, 102)
-    axes[0].set_ylabel(f'Pass@{int(diag["B"].iloc[0])} (%)')
+        ax.set_ylim(0, 102); ax.tick_params(labelsize=7)
+        if ax.get_subplotspec().is_last_row(): ax.set_xlabel('added irrelevant sessions (N_irr)', fontsize=8)
+        if ax.get_subplotspec().is_first_col(): ax.set_ylabel(f'Pass@{int(diag["B"].iloc[0])} (%)', fontsize=8)
     axes[-1].legend(fontsize=7, loc='upper left', bbox_to_anchor=(1.01, 1.0), frameon=False)
     return axes
 
@@ -230,52 +239,67 @@ def plot_decomposition(diag: pd.DataFrame, # diagnostics() at one budget
                       ):
     "Figure 3: stacked Pass@B / wrong-within-budget / budget-induced shares per agent x interface at one scale."
     import matplotlib.pyplot as plt, seaborn as sns   # plotting libraries load on first plot
-    ax = ax or plt.subplots(figsize=(6, 3.4))[1]
+    from memlab.plots import short_names
     n_irr = diag['n_irr'].max() if n_irr is None else n_irr
-    d = diag[diag['n_irr'] == n_irr]; names = [f'{p} x {m}' for p, m in zip(d['policy'], d['memory'])]
+    d = diag[diag['n_irr'] == n_irr]; sp = short_names(d['policy'])
+    ax = ax or plt.subplots(figsize=(5.2, 0.8 + 0.22 * len(d)))[1]
+    names = [f'{sp[p]} x {m}' for p, m in zip(d['policy'], d['memory'])]
     left = np.zeros(len(d)); pal = sns.color_palette('colorblind', 3)
-    for col, lab, c in zip(('pass_b', 'p_wrong', 'p_exh'), ('Pass@B', 'wrong within budget (p_wrong)', 'budget-induced (p_exh)'), pal):
+    for col, lab, c in zip(('pass_b', 'p_wrong', 'p_exh'), ('Pass@B', 'wrong within budget', 'over budget'), pal):
         v = 100 * d[col].to_numpy(); ax.barh(names, v, left=left, color=c, label=lab); left += v
-    ax.set_xlim(0, 100); ax.set_xlabel(f'% of rollouts at N_irr={n_irr}, B={int(diag["B"].iloc[0])}')
-    ax.legend(fontsize=7, loc='upper left', bbox_to_anchor=(1.01, 1.0), frameon=False); ax.invert_yaxis()
+    ax.set_xlim(0, 100); ax.set_xlabel(f'% of rollouts at N_irr={n_irr}, B={int(diag["B"].iloc[0])}', fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=7, loc='lower center', bbox_to_anchor=(0.5, 1.0), ncols=3, frameon=False); ax.invert_yaxis()
     return ax
 
 def plot_endpoints(t1: pd.DataFrame, # table1() output
-                   axes=None # two axes
+                   axes=None, # two axes
+                   diag: Optional[pd.DataFrame]=None # diagnostics(): draws P90R's CI at the last scale when given
                   ):
-    "Figure 5: endpoint Pass@B at the first and last scale with CIs (left) and P90R at the last scale (right)."
+    "Figure 5: endpoint Pass@B at the first and last scale with CIs (left) and P90R at the last scale (right), as horizontal bars."
     import matplotlib.pyplot as plt, seaborn as sns   # plotting libraries load on first plot
-    if axes is None: axes = plt.subplots(1, 2, figsize=(9, 3.4))[1]
-    ln, hn = end_names(t1); ends = list(dict.fromkeys((ln, hn)))
-    names = [f'{p} x {m}' for p, m in zip(t1['policy'], t1['memory'])]; x = np.arange(len(t1)); pal = sns.color_palette('colorblind', 2)
+    from memlab.plots import short_names
+    if axes is None: axes = plt.subplots(1, 2, figsize=(7, 0.9 + 0.24 * len(t1)), sharey=True)[1]
+    ln, hn = end_names(t1); ends = list(dict.fromkeys((ln, hn))); sp = short_names(t1['policy'])
+    names = [f'{sp[p]} x {m}' for p, m in zip(t1['policy'], t1['memory'])]; y = np.arange(len(t1)); pal = sns.color_palette('colorblind', 2)
+    h = 0.8 / len(ends)
     for j, (e, c) in enumerate(zip(ends, pal)):
         m = 100 * t1[f'pass_b_{e}'].to_numpy()
         err = np.vstack([m - 100 * t1[f'pass_b_{e}_lo'].to_numpy(), 100 * t1[f'pass_b_{e}_hi'].to_numpy() - m])
-        axes[0].bar(x + (j - (len(ends) - 1) / 2) * 0.4, m, 0.4, yerr=err, capsize=3, color=c, label=e)
-    axes[0].set_xticks(x, names, rotation=30, ha='right', fontsize=7); axes[0].set_ylabel('Pass@B (%)'); axes[0].legend(fontsize=7)
-    axes[1].bar(x, t1[f'P90R_{hn}'], color=pal[1]); axes[1].set_xticks(x, names, rotation=30, ha='right', fontsize=7)
-    axes[1].set_ylabel(f'P90R at {hn} (memory calls)')
+        axes[0].barh(y + (j - (len(ends) - 1) / 2) * h, m, h, xerr=err, capsize=2, color=c, label=e)
+    axes[0].set_yticks(y, names, fontsize=7); axes[0].invert_yaxis(); axes[0].set_xlim(0, 100)
+    axes[0].set_xlabel('Pass@B (%)', fontsize=8); axes[0].tick_params(axis='x', labelsize=7)
+    axes[0].legend(fontsize=7, frameon=False, loc='lower center', bbox_to_anchor=(0.5, 1.0), ncols=len(ends), title='scale', title_fontsize=7)
+    p90 = t1[f'P90R_{hn}'].to_numpy(dtype=float); err = None
+    if diag is not None and {'P90R_lo', 'P90R_hi'} <= set(diag):
+        last = diag[diag['n_irr'] == diag['n_irr'].max()].set_index(['policy', 'memory']).loc[list(zip(t1['policy'], t1['memory']))]
+        err = np.vstack([p90 - last['P90R_lo'].to_numpy(), last['P90R_hi'].to_numpy() - p90])
+    axes[1].barh(y, p90, 0.6, xerr=err, capsize=2, color=pal[1])
+    axes[1].set_xlabel(f'P90R at {hn} (memory calls, 95% CI)' if err is not None else f'P90R at {hn} (memory calls)', fontsize=8)
+    axes[1].xaxis.get_major_locator().set_params(integer=True); axes[1].tick_params(labelsize=7)
     return axes
 
 def plot_budget_curves(curve: pd.DataFrame, # budget_curve() output
                        n_irr: Optional[int]=None, # the scale (default: the last)
-                       axes=None # one axes per memory interface (default: a new row of panels)
+                       axes=None # one axes per memory interface (default: a grid of panels, three per row)
                       ):
     "Figure 11 (left): Pass@B against the budget B at one scale, one panel per interface, one line per agent."
     n_irr = curve['n_irr'].max() if n_irr is None else n_irr
     d = curve[curve['n_irr'] == n_irr]; mems = list(dict.fromkeys(d['memory'])); pols = list(dict.fromkeys(d['policy']))
-    import matplotlib.pyplot as plt, seaborn as sns   # plotting libraries load on first plot
-    if axes is None: axes = plt.subplots(1, len(mems), figsize=(3.2 * len(mems), 3.4), sharey=True, squeeze=False)[1][0]
-    pal = dict(zip(pols, sns.color_palette('colorblind', len(pols))))
+    import seaborn as sns   # plotting libraries load on first plot
+    from memlab.plots import short_names
+    axes = _axes(axes, len(mems), sharey=True)
+    pal = dict(zip(pols, sns.color_palette('colorblind', len(pols)))); short = short_names(pols)
     for ax, m in zip(axes, mems):
         for p in pols:
             g = d[(d['policy'] == p) & (d['memory'] == m)].sort_values('B')
             if not len(g): continue
             ax.errorbar(g['B'], 100 * g['pass_b'], yerr=[100 * (g['pass_b'] - g['pass_b_lo']), 100 * (g['pass_b_hi'] - g['pass_b'])],
-                        marker='o', capsize=3, color=pal[p], label=p)
-        ax.set_title(str(m), fontsize=9); ax.set_xlabel('retrieval-call budget B'); ax.set_ylim(0, 102)
+                        marker='o', ms=3, capsize=2, color=pal[p], label=short[p])
+        ax.set_title(str(m), fontsize=9); ax.set_ylim(0, 102); ax.tick_params(labelsize=7)
         ax.set_xticks(sorted(d['B'].unique()))
-    axes[0].set_ylabel(f'Pass@B at N_irr={n_irr} (%)')
+        if ax.get_subplotspec().is_last_row(): ax.set_xlabel('budget B (memory calls)', fontsize=8)
+        if ax.get_subplotspec().is_first_col(): ax.set_ylabel(f'Pass@B at N_irr={n_irr} (%)', fontsize=8)
     axes[-1].legend(fontsize=7, loc='upper left', bbox_to_anchor=(1.01, 1.0), frameon=False)
     return axes
 
@@ -286,7 +310,8 @@ SCALE_PARAMS = dict(   # the scale-ladder section's parameters and defaults, in 
     dataset='synthetic', data_path=None, pool_path=None, n_queries=30, pool_size=500, session_turns=6,
     ladder=[0, 100, 200, 300, 400], memories=['bm25', 'items', 'ppr-graph', 'entity-graph'], k=12,
     tiers=['weak', 'medium', 'strong'], backend='offline', models=['qwen3-8b'], base_url=None, concurrency=8,
-    judge_model=None, budgets={'B0': 2, 'B1': 3, 'B2': 5}, alpha=0.7, max_steps=10, n_resamples=1000, seed=0,
+    judge_model=None, budgets={'B0': 2, 'B1': 3, 'B2': 5}, alpha=0.7, max_steps=10, n_resamples=1000,
+    bootstrap_unit='query', by_type=False, seed=0,
     run_name=None, retry_errors=False, out_root=None)
 SCALE_DATASETS = ('synthetic', 'longmemeval', 'locomo')
 
@@ -373,6 +398,8 @@ def check_params(**params):
     _int("'n_resamples'", p['n_resamples'], 1)
     _int("'seed'", p['seed'], 0)
     if not isinstance(p['retry_errors'], (bool, np.bool_)): _bad("'retry_errors'", f"must be True or False, got {p['retry_errors']!r}")
+    if not isinstance(p['by_type'], (bool, np.bool_)): _bad("'by_type'", f"must be True or False, got {p['by_type']!r}")
+    if p['bootstrap_unit'] not in ('query', 'record'): _bad("'bootstrap_unit'", f"must be 'query' or 'record', got {p['bootstrap_unit']!r}")
     rn = p['run_name']
     if rn is not None and (not isinstance(rn, str) or not rn or rn in ('.', '..') or '/' in rn or '\\' in rn):
         _bad("'run_name'", f'must be None (named by config hash) or a non-empty folder name (no path separators), got {rn!r}')
