@@ -57,4 +57,5 @@ def test_bootstrap_resamples_queries_not_rollouts():
 def test_table1_reads_ends_of_the_ladder():
     df = with_scale(frame(5).assign(error=None)); d = diagnostics(df, n_resamples=50)
     t = table1(d).iloc[0]
-    assert t['pass_b_s0'] == d[d['n_irr'] == 0]['pass_b'].item() and t['pass_b_s4'] == d[d['n_irr'] == 200]['pass_b'].item()
+    assert t['pass_b_s0'] == d[d['n_irr'] == 0]['pass_b'].item() and t['pass_b_s2'] == d[d['n_irr'] == 200]['pass_b'].item()
+    assert not any('s4' in c for c in table1(d).columns)          # three rungs end at s2 (the columns once said s4 whatever the ladder)
