@@ -53,6 +53,7 @@ PROBE = 'memory construction probe'   # the first search, which builds each memo
 MINILM = 'all-MiniLM-L6-v2'
 FIG = ROOT / 'figures/memoryagentbench/construction_scaling.png'
 CSV = ROOT / 'results/memoryagentbench/bench_construction.csv'
+BENCH_LABEL = 'benchmark: construction and query time of offline memories (no LLM)'
 
 def agent_specs(minilm: bool) -> list[tuple[str, dict]]:
     "(label, memory spec) of every agent: dense with hash-embed, plus dense with MiniLM when asked."
@@ -317,7 +318,8 @@ def main():
     srecs, curves = section_scaling(a, specs)
     if not a.no_save:
         CSV.parent.mkdir(parents=True, exist_ok=True)
-        pd.DataFrame(recs + srecs).astype({'n_queries': 'Int64'}).to_csv(CSV, index=False)
+        from memlab.plots import save_table
+        save_table(pd.DataFrame(recs + srecs).astype({'n_queries': 'Int64'}), CSV, [BENCH_LABEL])
         print(f'\nwrote {plot(curves, a, load).relative_to(ROOT)} and {CSV.relative_to(ROOT)} ({len(recs) + len(srecs)} rows)')
     print(f'total {time.perf_counter() - t0:.0f} s; load average at the end {os.getloadavg()[0]:.2f}')
 

@@ -117,9 +117,11 @@ def plot_ablation(t: pd.DataFrame, # `ablation` output
     sub = t[t['task'] == task]
     keys = ['reader', 'agent'] if 'reader' in sub and sub['reader'].nunique() > 1 else ['agent']
     groups = list(sub.groupby(keys, sort=True))
+    from memlab.plots import short_names
+    rs = short_names(sub['reader'].unique()) if 'reader' in keys else {}   # 'strong' for 'offline reader (no LLM) [mab-reader[tier=strong]]'
     for (key, g), c in zip(groups, sns.color_palette('colorblind', len(groups))):
         g = g.sort_values(param)
-        ax.plot(g[param], g['mean'], marker='o', color=c, label=' / '.join(map(str, key)) if isinstance(key, tuple) else key)
+        ax.plot(g[param], g['mean'], marker='o', ms=3, color=c, label=f'{rs[key[0]]} / {key[1]}' if rs else (key[0] if isinstance(key, tuple) else key))
         ax.fill_between(g[param], g['lo'], g['hi'], color=c, alpha=0.15)
     if logx: ax.set_xscale('log', base=2)
     ax.set_xlabel(AXIS_LABELS.get(param, param), fontsize=8); ax.set_ylabel('score (0-100)', fontsize=8); ax.set_title(task, fontsize=9)
