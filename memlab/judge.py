@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextvars, json, re, string
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Literal, Optional, Sequence
 import pandas as pd
 from .core import Query, Rollout, Score, Registry, stable_hash
 
@@ -20,7 +20,7 @@ __all__ = ['METRICS', 'LOCOMO_CATEGORIES', 'LOCOMO_ABSTAIN', 'OFFLINE_JUDGE_LABE
            'locomo_multihop_f1', 'locomo_score', 'rouge_l_f1', 'recall_all', 'all_recalled', 'register_judge',
            'make_judge', 'gold_text', 'Judge', 'is_abstention', 'rejects_premise', 'matched_gold', 'OfflineJudge',
            'fill_template', 'parse_label_json', 'LLMJudge', 'lme_template', 'parse_yes_no', 'LongMemEvalJudge',
-           'judge_many', 'scores_frame', 'aggregate_runs', 'judge_summary']
+           'longmemeval_metrics', 'judge_many', 'scores_frame', 'aggregate_runs', 'judge_summary']
 
 # %% ../nbs/05_judge.ipynb #f5210f38
 _PUNCT = set(string.punctuation)
@@ -242,6 +242,11 @@ class Judge:
 
     def _none_score(self, query: Query) -> Optional[float]: return None
 
+    def ask(self, messages: list[dict]) -> str:
+        "Call the model with this judge's own call settings (`params`: temperature, max_tokens) when the completer takes them."
+        c = self.complete
+        return c(messages, **self.params) if getattr(c, 'takes_params', False) else c(messages)
+
     def __repr__(self): return f'{type(self).__name__}(name={self.name!r}, model={self.model!r}, prompt_hash={self.prompt_hash!r})'
 
 # %% ../nbs/05_judge.ipynb #2d3a6e2e
@@ -363,10 +368,12 @@ class LLMJudge(Judge):
     "Seed 000 §A.3 LLM judge: system + user prompt, JSON label, temperature 0."
     def __init__(self, complete: Callable[[list[dict]], str], # OpenAI chat messages -> reply text
                  model: str='gpt-4o-mini', # judge model id (recorded on every Score)
-                 temperature: float=0.0 # recorded decoding setting for the backend
+                 temperature: float=0.0, # decoding setting sent to the backend
+                 max_tokens: Optional[int]=256 # reply limit: a label (and a short reason) needs few tokens; None: no limit
                 ):
         if not callable(complete): raise TypeError('LLMJudge needs complete=callable(messages) -> str')
-        self.complete, self.model, self.params = complete, model, dict(temperature=temperature)
+        self.complete, self.model = complete, model
+        self.params = dict(temperature=temperature, **({'max_tokens': max_tokens} if max_tokens else {}))
 
     def prompt_texts(self): return dict(system=A3_SYSTEM_PROMPT, user=A3_USER_TEMPLATE)
 
@@ -376,7 +383,7 @@ class LLMJudge(Judge):
         return [dict(role='system', content=A3_SYSTEM_PROMPT), dict(role='user', content=user)]
 
     def _verdict(self, query, answer):
-        reply = self.complete(self.messages(query, answer))
+        reply = self.ask(self.messages(query, answer))
         return parse_label_json(reply), None, reply if isinstance(reply, str) else repr(reply)
 
 # %% ../nbs/05_judge.ipynb #37cfca43
@@ -411,21 +418,47 @@ class LongMemEvalJudge(Judge):
     "Official LongMemEval judge: per-type yes/no prompt as one user message, temperature 0, max_tokens 10."
     def __init__(self, complete: Callable[[list[dict]], str], # OpenAI chat messages -> reply text
                  model: str='gpt-4o-2024-08-06', # judge model id (the official aggregation asserts this one)
-                 temperature: float=0.0, # recorded decoding settings for the backend
-                 max_tokens: int=10):
+                 temperature: float=0.0, # decoding settings sent to the backend (evaluate_qa.py: 0 and 10)
+                 max_tokens: int=10,
+                 gold_format: Literal['text', 'list']='text' # 'list': the answer list as Python prints it (MemoryAgentBench's longmem_qa_evaluate.py)
+                ):
         if not callable(complete): raise TypeError('LongMemEvalJudge needs complete=callable(messages) -> str')
-        self.complete, self.model = complete, model
+        self.complete, self.model, self.gold_format = complete, model, gold_format
         self.params = dict(temperature=temperature, max_tokens=max_tokens)
 
-    def prompt_texts(self): return dict(templates=LME_TEMPLATES, abstention=LME_ABSTENTION_TEMPLATE)
+    def prompt_texts(self):
+        return dict(templates=LME_TEMPLATES, abstention=LME_ABSTENTION_TEMPLATE, **({'gold': 'list'} if self.gold_format == 'list' else {}))
 
     def messages(self, query: Query, answer: str) -> list[dict]:
         "One user message: the template for the query filled with question, gold and answer."
-        return [dict(role='user', content=lme_template(query).format(query.question, gold_text(query), answer))]
+        gold = str(list(query.answers)) if self.gold_format == 'list' else gold_text(query)
+        return [dict(role='user', content=lme_template(query).format(query.question, gold, answer))]
 
     def _verdict(self, query, answer):
-        reply = self.complete(self.messages(query, answer))
+        reply = self.ask(self.messages(query, answer))
         return parse_yes_no(reply), None, reply if isinstance(reply, str) else repr(reply)
+
+# %% ../nbs/05_judge.ipynb #2cdb0411
+def longmemeval_metrics(df: pd.DataFrame, # one row per rollout: query_id, qtype, correct, n_judged, n_unparsed (`results_frame`)
+                        types: Optional[Sequence[str]]=None # question types in report order (default: those present, sorted)
+                       ) -> pd.DataFrame:
+    "LongMemEval's print_qa_metrics.py: per-type, task-averaged, overall and abstention accuracy (official: unparsed = wrong)."
+    d = df[df['n_judged'] + df['n_unparsed'] > 0].copy()                 # rollouts with a judge reply (errors are not scored)
+    seen = d['n_judged'] + d['n_unparsed']
+    d['official'] = d['correct'].fillna(0) * d['n_judged'] / seen           # share of runs whose reply said yes
+    rows = []
+    def row(name, g): rows.append(dict(metric=name, accuracy=g['official'].mean(), accuracy_parsed=g['correct'].mean(),
+                                       n=len(g), n_unparsed=int(g['n_unparsed'].sum())))
+    for t in (types or sorted(d['qtype'].unique())):
+        g = d[d['qtype'] == t]
+        if len(g): row(t, g)
+    per_type = pd.DataFrame(rows)
+    rows.append(dict(metric='task-averaged', accuracy=per_type['accuracy'].mean(), accuracy_parsed=per_type['accuracy_parsed'].mean(),
+                     n=len(d), n_unparsed=int(d['n_unparsed'].sum())))
+    row('overall', d)
+    ab = d[d['query_id'].astype(str).str.contains('_abs', regex=False)]
+    if len(ab): row('abstention', ab)
+    return pd.DataFrame(rows)
 
 # %% ../nbs/05_judge.ipynb #3f4ef4e5
 def judge_many(judge: Judge, # any registered judge

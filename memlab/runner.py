@@ -762,9 +762,10 @@ def build_judge(spec: dict):
     if b is None: return make_judge(name, **spec)
     from memlab.llm import make_backend
     b = dict(b); be = make_backend(b.pop('name'), **b)
-    params = {'temperature': 0.0, **({'max_tokens': 10} if name == 'longmemeval' else {})}
     from memlab.judge import JUDGE_RUN
-    complete = lambda messages: be.chat(messages, sample=JUDGE_RUN.get(), **params)[0].content or ''   # run k: its own request
+    def complete(messages: list, **params) -> str:      # each judge passes its own call settings (`Judge.ask`)
+        return be.chat(messages, sample=JUDGE_RUN.get(), **{'temperature': 0.0, **params})[0].content or ''   # run k: its own request
+    complete.takes_params = True
     j = make_judge(name, complete=complete, model=be.model, **spec)
     j.concurrency = be.concurrency          # `score` judges that many rollouts at a time
     j.judge_backend = be                    # for `preflight`

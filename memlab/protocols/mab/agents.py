@@ -143,7 +143,7 @@ class MABJudge(Judge):
     def _judge_for(self, metric: str) -> Judge:
         if metric not in self._judges:
             fam = next(f for f in SOURCE_FAMILIES if f.metric == metric)
-            self._judges[metric] = (make_judge(metric, complete=self.complete, model=self.model) if self.complete is not None
+            self._judges[metric] = (make_judge(metric, complete=self.complete, model=self.model, **dict(fam.judge_args)) if self.complete is not None
                                     else make_judge(fam.offline))
         return self._judges[metric]
     def catalogue_obj(self) -> MovieCatalogue:

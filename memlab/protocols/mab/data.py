@@ -39,6 +39,7 @@ class SourceFamily:
     offline: str = '' # judged tasks: the offline stand-in judge (reported with its offline label)
     dedup_golds: bool = True  # False where the metric averages over the gold list (duplicates count)
     note: str = ''
+    judge_args: tuple = ()    # (name, value) pairs for the judged metric's judge, as the official call makes it
 
 COMPETENCIES = {'AR': 'Accurate_Retrieval', 'TTL': 'Test_Time_Learning', 'LRU': 'Long_Range_Understanding',
                 'CR': 'Conflict_Resolution'}   # competency code -> HF split name
@@ -52,8 +53,10 @@ SOURCE_FAMILIES = (
                  note='removed from the HF card on 2025-08-05'),
     SourceFamily('infbench_qa', '∞Bench-QA', 'AR', 4096, 'infbench_sum', 'mab_rouge_l_f1', 'ROUGE F1',
                  note='removed from the HF card on 2025-08-05; rougeL_f1 assumed'),
-    SourceFamily('longmemeval_s*', 'LME(S*)', 'AR', 512, 'longmemeval', 'longmemeval', 'Model Based Acc.', 'offline-match'),
-    SourceFamily('longmemeval_s', 'LME(S)', 'AR', 4096, 'longmemeval', 'longmemeval', 'Model Based Acc.', 'offline-match'),
+    SourceFamily('longmemeval_s*', 'LME(S*)', 'AR', 512, 'longmemeval', 'longmemeval', 'Model Based Acc.', 'offline-match',
+                 judge_args=(('gold_format', 'list'),)),   # longmem_qa_evaluate.py shows the answer list as it is: ['28']
+    SourceFamily('longmemeval_s', 'LME(S)', 'AR', 4096, 'longmemeval', 'longmemeval', 'Model Based Acc.', 'offline-match',
+                 judge_args=(('gold_format', 'list'),)),
     SourceFamily('eventqa', 'EventQA', 'AR', 4096, 'eventqa', 'eventqa_accuracy', 'Accuracy'),
     SourceFamily('icl_', 'MCC', 'TTL', 4096, 'in_context_learning', 'ttl_label_accuracy', 'Accuracy'),
     SourceFamily('recsys_', 'Recom', 'TTL', 4096, 'recsys_redial', 'recsys_recall@5', 'Recall@5', dedup_golds=False,

@@ -362,7 +362,7 @@ class SummarizationJudge(Judge):
 
     def _verdict(self, query, answer):
         n_kp = len(_keypoints(query))
-        replies = [self.complete([dict(role='user', content=p)]) for p in self.prompts_for(query, answer)]
+        replies = [self.ask([dict(role='user', content=p)]) for p in self.prompts_for(query, answer)]
         f, r, p = (parse_judge_json(x) for x in replies)
         try: s = summarization_f1(_num(f, 'fluency'), _num(r, 'recall'), n_kp, _num(p, 'precision'), _num(p, 'sentence_count'))
         except KeyError as e: return 'unparsed', None, json.dumps(dict(unparsed=str(e), replies=replies))

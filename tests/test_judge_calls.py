@@ -1,0 +1,53 @@
+"""Judges call the model as the benchmarks' official code does: LongMemEval's evaluate_qa.py (temperature 0,
+max_tokens 10), MemoryAgentBench's longmem_qa_evaluate.py (the same, with the answer list shown as it is:
+`Correct Answer: ['28']`), seed 000's A.3 judge with a small reply limit. Checked on the requests a real HTTP
+server (the loopback OpenAI server, 127.0.0.1) receives from `build_judge`, the path `memlab score` takes."""
+import pytest
+
+from loopback import LoopbackServer
+from memlab.core import Query
+from memlab.runner import build_judge
+
+
+def user_text(req: dict) -> str:
+    return '\n'.join(m['content'] for m in req['messages'] if m['role'] == 'user')
+
+
+@pytest.fixture(scope='module')
+def srv():
+    with LoopbackServer('openai') as s: yield s
+
+
+def backend(srv):
+    return {'name': 'openai', 'model': 'judge-model', 'base_url': srv.url, 'api_key_env': 'MEMLAB_TEST_KEY', 'cache': False}
+
+
+def test_longmemeval_judge_sends_official_settings(srv, monkeypatch):
+    monkeypatch.setenv('MEMLAB_TEST_KEY', 'sk-test')
+    j = build_judge({'name': 'longmemeval', 'backend': backend(srv)})
+    q = Query(id='q1', question='How many days?', answers=['28'], qtype='temporal-reasoning')
+    n = len(srv.requests); j.judge('r1', q, '28 days')
+    req = srv.requests[n]
+    assert (req['temperature'], req['max_tokens']) == (0.0, 10)
+    assert 'Correct Answer: 28\n' in user_text(req)
+
+
+def test_mab_longmemeval_judge_shows_the_answer_list(srv, monkeypatch):
+    monkeypatch.setenv('MEMLAB_TEST_KEY', 'sk-test')
+    import memlab.protocols.mab.agents   # noqa: F401  (registers mab-metric)
+    j = build_judge({'name': 'mab-metric', 'catalogue': 'synthetic', 'backend': backend(srv)})
+    q = Query(id='q1', question='How many days?', answers=['28'], qtype='temporal-reasoning', task='longmemeval_s*')
+    n = len(srv.requests); j.judge('r1', q, '28 days')
+    req = srv.requests[n]
+    assert "Correct Answer: ['28']" in user_text(req), user_text(req)
+    assert (req['temperature'], req['max_tokens']) == (0.0, 10)
+
+
+def test_a3_judge_has_a_reply_limit(srv, monkeypatch):
+    monkeypatch.setenv('MEMLAB_TEST_KEY', 'sk-test')
+    j = build_judge({'name': 'llm-a3', 'backend': backend(srv)})
+    n = len(srv.requests); j.judge('r1', Query(id='q', question='Where?', answers=['Paris']), 'Paris')
+    assert srv.requests[n]['max_tokens'] == 256
+    j = build_judge({'name': 'llm-a3', 'max_tokens': None, 'backend': backend(srv)})
+    n = len(srv.requests); j.judge('r1', Query(id='q', question='Where?', answers=['Paris']), 'Paris')
+    assert 'max_tokens' not in srv.requests[n]
