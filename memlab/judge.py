@@ -4,7 +4,8 @@
 
 # %% ../nbs/05_judge.ipynb #2d132087
 from __future__ import annotations
-import contextvars, json, re, string
+import calendar, contextvars, datetime as dt, json, re, string
+import regex
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Literal, Optional, Sequence
@@ -13,14 +14,15 @@ from .core import Query, Rollout, Score, Registry, stable_hash
 
 # %% auto #0
 __all__ = ['METRICS', 'LOCOMO_CATEGORIES', 'LOCOMO_ABSTAIN', 'OFFLINE_JUDGE_LABEL', 'JUDGES', 'JUDGE_RUN', 'ABSTENTION_PHRASES',
-           'PREMISE_REJECTIONS', 'A3_SYSTEM_PROMPT', 'A3_USER_TEMPLATE', 'LME_DEFAULT_TEMPLATE',
+           'PREMISE_REJECTIONS', 'LOCOMO_ORDER', 'A3_SYSTEM_PROMPT', 'A3_USER_TEMPLATE', 'LME_DEFAULT_TEMPLATE',
            'LME_TEMPORAL_TEMPLATE', 'LME_KNOWLEDGE_UPDATE_TEMPLATE', 'LME_PREFERENCE_TEMPLATE',
            'LME_ABSTENTION_TEMPLATE', 'LME_TEMPLATES', 'normalize_mab', 'normalize_locomo', 'register_metric',
            'get_metric', 'flatten_golds', 'exact_match', 'substring_exact_match', 'token_f1', 'locomo_f1',
            'locomo_multihop_f1', 'locomo_score', 'rouge_l_f1', 'recall_all', 'all_recalled', 'register_judge',
-           'make_judge', 'gold_text', 'Judge', 'is_abstention', 'rejects_premise', 'matched_gold', 'OfflineJudge',
-           'fill_template', 'parse_label_json', 'LLMJudge', 'lme_template', 'parse_yes_no', 'LongMemEvalJudge',
-           'longmemeval_metrics', 'judge_many', 'scores_frame', 'aggregate_runs', 'judge_summary']
+           'make_judge', 'gold_text', 'Judge', 'is_abstention', 'rejects_premise', 'dates_in', 'matched_gold',
+           'OfflineJudge', 'LoCoMoJudge', 'locomo_metrics', 'fill_template', 'parse_label_json', 'LLMJudge',
+           'lme_template', 'parse_yes_no', 'LongMemEvalJudge', 'longmemeval_metrics', 'judge_many', 'scores_frame',
+           'aggregate_runs', 'judge_summary']
 
 # %% ../nbs/05_judge.ipynb #f5210f38
 _PUNCT = set(string.punctuation)
@@ -33,9 +35,9 @@ def normalize_mab(s: str) -> str:
     return ' '.join(re.sub(r'\b(a|an|the)\b', ' ', s).split())
 
 def normalize_locomo(s: str) -> str:
-    "LoCoMo normalization: drop commas, lowercase, strip punctuation, drop a|an|the|and, collapse whitespace."
+    "LoCoMo normalization: drop commas, lowercase, strip punctuation, drop a|an|the|and (the `regex` module's word boundaries), collapse whitespace."
     s = _strip_punct(str(s).replace(',', '').lower())
-    return ' '.join(re.sub(r'\b(a|an|the|and)\b', ' ', s).split())
+    return ' '.join(regex.sub(r'\b(a|an|the|and)\b', ' ', s).split())   # `regex`, as the official code: `re` differs next to ², ½, combining marks
 
 # %% ../nbs/05_judge.ipynb #4932ecff
 METRICS = Registry('metric')  # name -> (prediction, golds) -> float
@@ -271,12 +273,39 @@ def rejects_premise(answer: Optional[str]) -> bool:
     "True if the answer rejects a question's premise (matches one of `PREMISE_REJECTIONS`)."
     return answer is not None and any(re.search(p, _plain(answer)) for p in PREMISE_REJECTIONS)
 
+_MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_name) if m} | {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m}
+_MON = '|'.join(sorted(_MONTHS, key=len, reverse=True))
+_DATE_RES = ((re.compile(r'\b(\d{4})[/-](\d{1,2})[/-](\d{1,2})\b'), lambda m: (m[1], m[2], m[3])),                       # 2023/07/02
+             (re.compile(rf'\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MON})\.?,?\s+(\d{{4}})\b', re.I), lambda m: (m[3], _MONTHS[m[2].lower()], m[1])),  # 2 July 2023
+             (re.compile(rf'\b({_MON})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}})\b', re.I), lambda m: (m[3], _MONTHS[m[1].lower()], m[2])))    # July 2, 2023
+
+def dates_in(text: str # any text
+            ) -> tuple[set, str]:
+    "The calendar dates written in `text` (2023/07/02, 2023-07-02, 2 July 2023, July 2nd, 2023) and the text without them."
+    found, rest = set(), str(text)
+    for rx, ymd in _DATE_RES:
+        for m in rx.finditer(rest):
+            try: found.add(dt.date(*map(int, ymd(m))))
+            except ValueError: continue
+        rest = rx.sub(' ', rest)
+    return found, rest
+
+_DATE_FILLER = {'', 'on', 'in', 'at', 'it was', 'date', 'around'}
+
 def matched_gold(answer: str, # the final answer
                  golds: str|list # acceptable gold answers
                 ) -> Optional[str]:
-    "The first gold whose normalized form occurs as whole words in the normalized answer, else None."
+    "The first gold whose normalized form occurs as whole words in the normalized answer, or that is a date the answer names (in any format)."
     a = f' {normalize_mab(answer)} '
-    return next((g for g in flatten_golds(golds) if (n := normalize_mab(g)) and f' {n} ' in a), None)
+    hit = next((g for g in flatten_golds(golds) if (n := normalize_mab(g)) and f' {n} ' in a), None)
+    if hit is not None: return hit
+    said = None
+    for g in flatten_golds(golds):
+        gd, rest = dates_in(g)
+        if gd and normalize_mab(rest) in _DATE_FILLER:                      # the gold is a date and nothing else
+            said = dates_in(answer)[0] if said is None else said
+            if gd <= said: return g
+    return None
 
 # %% ../nbs/05_judge.ipynb #9d15547e
 @register_judge('offline-match')
@@ -287,7 +316,7 @@ class OfflineJudge(Judge):
 
     def prompt_texts(self):
         return dict(judge='offline-match', label=OFFLINE_JUDGE_LABEL, normalize='normalize_mab', match='whole-word',
-                    abstention=list(ABSTENTION_PHRASES), premise=list(PREMISE_REJECTIONS))
+                    abstention=list(ABSTENTION_PHRASES), premise=list(PREMISE_REJECTIONS), dates='a date gold matches its date in any format')
 
     def _none_score(self, query): return 0.0 if flatten_golds(query.answers) else None
 
@@ -305,6 +334,40 @@ class OfflineJudge(Judge):
         if not any(normalize_mab(g) for g in golds): return 'error', None, f'{tag}: no usable gold answer'
         g = matched_gold(answer, golds)
         return ('CORRECT' if g is not None else 'WRONG'), score, f'{tag}: matched gold={g!r}'
+
+# %% ../nbs/05_judge.ipynb #037122b4
+@register_judge('locomo')
+class LoCoMoJudge(Judge):
+    "LoCoMo's official per-question QA score (no LLM): per-category F1 rules, the category-5 'not mentioned' rule."
+    model = 'offline'
+    def __init__(self, pass_threshold: float=0.5 # a score at or above this is labelled CORRECT
+                ):
+        self.pass_threshold, self.params = pass_threshold, dict(pass_threshold=pass_threshold)
+    @property
+    def label(self) -> str: return 'LoCoMo official F1 (task_eval/evaluation.py, no LLM)'
+    def prompt_texts(self):
+        return dict(judge='locomo', rules='task_eval/evaluation.py eval_question_answering', normalize='regex',
+                    abstain=list(LOCOMO_ABSTAIN), pass_threshold=self.pass_threshold)
+    def _none_score(self, query): return 0.0
+    def _verdict(self, query, answer):
+        cat = query.meta.get('category')
+        if cat is None: raise ValueError(f'query {query.id}: the locomo judge scores LoCoMo questions (meta category 1-5)')
+        s = round(locomo_score(answer, query.answers[0] if query.answers else '', cat), 3)
+        return ('CORRECT' if s >= self.pass_threshold else 'WRONG'), s, f'locomo category {cat}: score {s}'
+
+LOCOMO_ORDER = (4, 1, 2, 3, 5)   # analyze_aggr_acc's category order
+
+def locomo_metrics(df: pd.DataFrame, # one row per rollout: score, and category (or `categories`, rollout -> category)
+                   categories: Optional[dict]=None # query id -> LoCoMo category, when `df` has no category column
+                  ) -> pd.DataFrame:
+    "LoCoMo's aggregation: mean score per category, and overall = sum of scores / count over categories [4, 1, 2, 3, 5]."
+    d = df.dropna(subset=['score']).copy()
+    if 'category' not in d: d['category'] = d['query_id'].map(categories or {})
+    d = d[d['category'].isin(LOCOMO_ORDER)]
+    rows = [dict(category=c, name=LOCOMO_CATEGORIES[c], score=g['score'].mean(), n=len(g))
+            for c in LOCOMO_ORDER if len(g := d[d['category'] == c])]
+    rows.append(dict(category=0, name='overall', score=d['score'].sum() / len(d) if len(d) else float('nan'), n=len(d)))
+    return pd.DataFrame(rows)
 
 # %% ../nbs/05_judge.ipynb #6d5cbf13
 A3_SYSTEM_PROMPT = """You are a careful grader. Decide whether a generated answer matches

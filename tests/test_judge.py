@@ -132,7 +132,7 @@ def test_longmemeval_templates_verbatim():
 def test_judge_registry():
     "memlab.judge registers its three judges; other library modules may add theirs, tests never leave one behind."
     import memlab
-    assert {'llm-a3', 'longmemeval', 'offline-match'} <= set(JUDGES)
+    assert {'llm-a3', 'locomo', 'longmemeval', 'offline-match'} <= set(JUDGES)
     assert all(getattr(JUDGES[n], '__module__', '').startswith('memlab.') for n in JUDGES), sorted(JUDGES)
     assert isinstance(make_judge('offline-match'), OfflineJudge)
     assert isinstance(make_judge('llm-a3', complete=always('x')), LLMJudge)

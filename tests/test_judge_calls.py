@@ -51,3 +51,21 @@ def test_a3_judge_has_a_reply_limit(srv, monkeypatch):
     j = build_judge({'name': 'llm-a3', 'max_tokens': None, 'backend': backend(srv)})
     n = len(srv.requests); j.judge('r1', Query(id='q', question='Where?', answers=['Paris']), 'Paris')
     assert 'max_tokens' not in srv.requests[n]
+
+
+def test_score_with_the_locomo_judge_from_the_cli(tmp_path):
+    "`memlab score STORE --judge locomo` scores a LoCoMo run with the official rules (it failed before the judge existed)."
+    import yaml
+    from pathlib import Path
+    from inproc import memlab_main
+    from memlab.runner import ResultsStore
+    fx = Path(__file__).parent / 'fixtures' / 'locomo10.json'
+    cfg = tmp_path / 'loc.yaml'
+    cfg.write_text(yaml.safe_dump({'name': 'loc', 'dataset': {'kind': 'locomo', 'path': str(fx)},
+                                   'policies': [{'name': 'offline-reader', 'tier': 'strong'}], 'memories': [{'name': 'bm25', 'k': 12}]}))
+    store = tmp_path / 'store'
+    r = memlab_main(['run', cfg, '--store', store]); assert r['rc'] == 0, r['out']
+    r = memlab_main(['score', store, '--judge', 'locomo']); assert r['rc'] == 0, r['out']
+    sc = ResultsStore(store).scores()
+    assert set(sc['judge']) == {'locomo'} and sc['score'].between(0, 1).all() and len(sc) == 16
+    assert (sc['score'] == sc['score'].round(3)).all()                  # stored rounded, as the official files
