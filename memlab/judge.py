@@ -14,15 +14,16 @@ from .core import Query, Rollout, Score, Registry, stable_hash
 
 # %% auto #0
 __all__ = ['METRICS', 'LOCOMO_CATEGORIES', 'LOCOMO_ABSTAIN', 'OFFLINE_JUDGE_LABEL', 'JUDGES', 'JUDGE_RUN', 'ABSTENTION_PHRASES',
-           'PREMISE_REJECTIONS', 'LOCOMO_ORDER', 'A3_SYSTEM_PROMPT', 'A3_USER_TEMPLATE', 'LME_DEFAULT_TEMPLATE',
-           'LME_TEMPORAL_TEMPLATE', 'LME_KNOWLEDGE_UPDATE_TEMPLATE', 'LME_PREFERENCE_TEMPLATE',
-           'LME_ABSTENTION_TEMPLATE', 'LME_TEMPLATES', 'normalize_mab', 'normalize_locomo', 'register_metric',
-           'get_metric', 'flatten_golds', 'exact_match', 'substring_exact_match', 'token_f1', 'locomo_f1',
-           'locomo_multihop_f1', 'locomo_score', 'rouge_l_f1', 'recall_all', 'all_recalled', 'register_judge',
-           'make_judge', 'gold_text', 'Judge', 'is_abstention', 'rejects_premise', 'dates_in', 'matched_gold',
-           'OfflineJudge', 'LoCoMoJudge', 'locomo_metrics', 'fill_template', 'parse_label_json', 'LLMJudge',
-           'lme_template', 'parse_yes_no', 'LongMemEvalJudge', 'longmemeval_metrics', 'judge_many', 'scores_frame',
-           'aggregate_runs', 'judge_summary']
+           'PREMISE_REJECTIONS', 'LOCOMO_ORDER', 'A3_SYSTEM_PROMPT', 'A3_USER_TEMPLATE', 'MEMOS_SYSTEM_PROMPT',
+           'MEMOS_LOCOMO_TEMPLATE', 'MEMOS_LME_TEMPLATE', 'LME_DEFAULT_TEMPLATE', 'LME_TEMPORAL_TEMPLATE',
+           'LME_KNOWLEDGE_UPDATE_TEMPLATE', 'LME_PREFERENCE_TEMPLATE', 'LME_ABSTENTION_TEMPLATE', 'LME_TEMPLATES',
+           'normalize_mab', 'normalize_locomo', 'register_metric', 'get_metric', 'flatten_golds', 'exact_match',
+           'substring_exact_match', 'token_f1', 'locomo_f1', 'locomo_multihop_f1', 'locomo_score', 'rouge_l_f1',
+           'recall_all', 'all_recalled', 'register_judge', 'make_judge', 'gold_text', 'Judge', 'is_abstention',
+           'rejects_premise', 'dates_in', 'matched_gold', 'OfflineJudge', 'LoCoMoJudge', 'locomo_metrics',
+           'fill_template', 'parse_label_json', 'LLMJudge', 'parse_memos_locomo', 'parse_memos_lme', 'MemOSLoCoMoJudge',
+           'MemOSLMEJudge', 'lme_template', 'parse_yes_no', 'LongMemEvalJudge', 'longmemeval_metrics', 'judge_many',
+           'scores_frame', 'aggregate_runs', 'judge_summary']
 
 # %% ../nbs/05_judge.ipynb #f5210f38
 _PUNCT = set(string.punctuation)
@@ -448,6 +449,56 @@ class LLMJudge(Judge):
     def _verdict(self, query, answer):
         reply = self.ask(self.messages(query, answer))
         return parse_label_json(reply), None, reply if isinstance(reply, str) else repr(reply)
+
+# %% ../nbs/05_judge.ipynb #8e09f36d
+MEMOS_SYSTEM_PROMPT = "You are an expert grader that determines if answers to questions match a gold standard answer"
+MEMOS_LOCOMO_TEMPLATE = 'Your task is to label an answer to a question as ’CORRECT’ or ’WRONG’. You will be given the following data:\n    (1) a question (posed by one user to another user),\n    (2) a ’gold’ (ground truth) answer,\n    (3) a generated answer\nwhich you will score as CORRECT/WRONG.\n\nThe point of the question is to ask about something one user should know about the other user based on their prior conversations.\nThe gold answer will usually be a concise and short answer that includes the referenced topic, for example:\nQuestion: Do you remember what I got the last time I went to Hawaii?\nGold answer: A shell necklace\nThe generated answer might be much longer, but you should be generous with your grading - as long as it touches on the same topic as the gold answer, it should be counted as CORRECT.\n\nFor time related questions, the gold answer will be a specific date, month, year, etc. The generated answer might be much longer or use relative time references (like "last Tuesday" or "next month"), but you should be generous with your grading - as long as it refers to the same date or time period as the gold answer, it should be counted as CORRECT. Even if the format differs (e.g., "May 7th" vs "7 May"), consider it CORRECT if it\'s the same date.\n\nNow it’s time for the real question:\nQuestion: {question}\nGold answer: {gold_answer}\nGenerated answer: {response}\n\nFirst, provide a short (one sentence) explanation of your reasoning, then finish with CORRECT or WRONG.\nDo NOT include both CORRECT and WRONG in your response, or it will break the evaluation script.\n\nJust return the label CORRECT or WRONG in a json format with the key as "label".'   # scripts/locomo/locomo_eval.py::locomo_grader (datasets.md §5.1)
+MEMOS_LME_TEMPLATE = (MEMOS_LOCOMO_TEMPLATE                  # scripts/utils/prompts.py::LME_JUDGE_MODEL_TEMPLATE (§5.2): another example
+                      .replace('Question: Do you remember what I got the last time I went to Hawaii?\nGold answer: A shell necklace',
+                               'Question: Where did I buy my new tennis racket from?\nGold answer: the sports store downtown')
+                      .replace('{gold_answer}', '{golden_answer}'))
+
+def parse_memos_locomo(reply: Optional[str]) -> str:
+    "locomo_grader's parse: the first {\"label\": ...} object; 'correct' (any case) is CORRECT, any other label WRONG."
+    m = _LABEL_RE.search(reply) if isinstance(reply, str) else None
+    if m is None: return 'unparsed'                              # the official script prints and exits
+    try: return 'CORRECT' if str(json.loads(m[0])['label']).strip().lower() == 'correct' else 'WRONG'
+    except (ValueError, KeyError, TypeError): return 'unparsed'
+
+def parse_memos_lme(reply: Optional[str]) -> str:
+    "lme_grader's parse: json.loads of the whole reply, no search; 'correct' (any case) is CORRECT, any other label WRONG."
+    try: return 'CORRECT' if str(json.loads(reply)['label']).strip().lower() == 'correct' else 'WRONG'
+    except (ValueError, KeyError, TypeError): return 'unparsed'
+
+class _MemOSJudge(Judge):
+    "A MemOS grader: its system and user prompt verbatim, temperature 0, its own parse; mean and std over runs (`judge_summary`)."
+    template, slot, parse = '', 'gold_answer', None
+    def __init__(self, complete: Callable[[list[dict]], str], # OpenAI chat messages -> reply text
+                 model: str='gpt-4o-mini', # MemOS's default EVAL_MODEL
+                 temperature: float=0.0, # MemOS's setting
+                 max_tokens: Optional[int]=256 # reply limit (MemOS sends none; a sentence and a label need few tokens)
+                ):
+        if not callable(complete): raise TypeError(f'{type(self).__name__} needs complete=callable(messages) -> str')
+        self.complete, self.model = complete, model
+        self.params = dict(temperature=temperature, **({'max_tokens': max_tokens} if max_tokens else {}))
+    def prompt_texts(self): return dict(system=MEMOS_SYSTEM_PROMPT, user=self.template)
+    def messages(self, query: Query, answer: str) -> list[dict]:
+        "System and user message as the MemOS script sends them."
+        user = self.template.replace('{question}', query.question).replace('{' + self.slot + '}', gold_text(query)).replace('{response}', answer)
+        return [dict(role='system', content=MEMOS_SYSTEM_PROMPT), dict(role='user', content=user)]
+    def _verdict(self, query, answer):
+        reply = self.ask(self.messages(query, answer))
+        return type(self).parse(reply), None, reply if isinstance(reply, str) else repr(reply)
+
+@register_judge('memos-locomo')
+class MemOSLoCoMoJudge(_MemOSJudge):
+    "MemOS's LoCoMo grader (locomo_eval.py); MemOS runs it 3 times (`judge_runs: 3`) and leaves category 5 out."
+    template, slot, parse = MEMOS_LOCOMO_TEMPLATE, 'gold_answer', staticmethod(parse_memos_locomo)
+
+@register_judge('memos-lme')
+class MemOSLMEJudge(_MemOSJudge):
+    "MemOS's LongMemEval grader (lme_eval.py): the LoCoMo grader's text with its own example, whole-reply JSON parse."
+    template, slot, parse = MEMOS_LME_TEMPLATE, 'golden_answer', staticmethod(parse_memos_lme)
 
 # %% ../nbs/05_judge.ipynb #37cfca43
 _LME_HEAD = "I will give you a question, a correct answer, and a response from a model. Please answer yes if the response contains the correct answer. Otherwise, answer no."
