@@ -10,7 +10,7 @@ from typing import Optional
 # everything else is imported by the command that needs it: `memlab --help` and bad arguments answer at once
 
 # %% auto #0
-__all__ = ['default_store', 'die_with_parent', 'make_executor', 'parser', 'main']
+__all__ = ['OFFICIAL_JUDGE', 'default_store', 'die_with_parent', 'make_executor', 'parser', 'main']
 
 # %% ../nbs/09_cli.ipynb #d478936d
 def default_store(cfg: 'RunConfig') -> Path:
@@ -118,6 +118,34 @@ def _cmd_score(a):
     from memlab.runner import RunConfig, ResultsStore, load_dataset
     store = ResultsStore(a.store); cfg = RunConfig.load(store.manifest()['config'])
     _score(store, load_dataset(cfg.dataset), _judge_spec(a, cfg), a.runs, a.wait)
+
+OFFICIAL_JUDGE = {'longmemeval': 'longmemeval', 'locomo': 'locomo'}   # score-hypotheses' default judge per dataset kind
+
+def _cmd_score_hypotheses(a):
+    import types, json
+    from memlab.runner import load_dataset, build_judge, read_hypotheses, score_hypotheses
+    from memlab.judge import longmemeval_metrics, locomo_metrics
+    from memlab.core import RecordError
+    if a.kind not in OFFICIAL_JUDGE: raise RecordError(f'score-hypotheses: kind {a.kind!r} is not one of {sorted(OFFICIAL_JUDGE)}')
+    if a.out and Path(a.out).exists(): raise RecordError(f'--out {a.out}: exists; name a new file')
+    a.judge = a.judge or OFFICIAL_JUDGE[a.kind]
+    spec = _judge_spec(a, types.SimpleNamespace(judge={'name': a.judge}))
+    queries = {q.id: q for i in load_dataset({'kind': a.kind, 'path': str(a.data)}) for q in i.queries}
+    pairs = read_hypotheses(a.hypotheses, queries, a.prediction_key)     # every id checked before any judge call
+    judge = build_judge(spec)
+    rows = score_hypotheses(pairs, queries, judge, n_runs=a.runs or 1)
+    print(f'{len(rows)} answers of {len(queries)} questions judged by {judge.label}')
+    if a.kind == 'longmemeval':
+        print(longmemeval_metrics(rows).round(4).to_string(index=False))
+        print("accuracy: print_qa_metrics.py's (a reply without yes or no is wrong); accuracy_parsed leaves such replies out")
+    elif rows['score'].notna().all(): print(locomo_metrics(rows).round(4).to_string(index=False))
+    else: print(rows.groupby('category')['correct'].agg(['mean', 'size']).round(4).to_string())
+    if a.out:
+        with open(a.out, 'x') as fh:
+            for r in rows.to_dict('records'):
+                fh.write(json.dumps({'question_id': r['query_id'], 'autoeval_label': r['autoeval_label'], 'score': r['score'],
+                                     'n_unparsed': r['n_unparsed']}, default=str) + '\n')
+        print(f'wrote {a.out}')
 
 def _cmd_check(a):
     from memlab.runner import check_store
@@ -249,6 +277,21 @@ def parser() -> argparse.ArgumentParser:
     h = 'list damaged, foreign and leftover files and duplicate rows of a store'
     c = sub.add_parser('check', help=h, description=h, formatter_class=fmt, epilog=ex('memlab check STORE --quarantine'))
     c.add_argument('store', help='a run folder'); c.add_argument('--quarantine', action='store_true', help='move damaged files to STORE/quarantine/')
+    h = "score answers produced elsewhere with the benchmark's own judge and aggregation"
+    sh = sub.add_parser('score-hypotheses', help=h, description=h, formatter_class=fmt,
+                        epilog=ex('memlab score-hypotheses longmemeval longmemeval_s_cleaned.json hyp.jsonl --judge-model gpt-4o',
+                                  'memlab score-hypotheses locomo locomo10.json out.json --prediction-key gpt-4o_prediction'))
+    sh.add_argument('kind', help='the dataset format: longmemeval or locomo')
+    sh.add_argument('data', help='the dataset file the answers are for')
+    sh.add_argument('hypotheses', help='JSONL or JSON list of {question_id, hypothesis}, or a LoCoMo output file (--prediction-key)')
+    sh.add_argument('--prediction-key', help="LoCoMo output files: the QA key holding the predictions, e.g. gpt-4o_prediction")
+    sh.add_argument('--judge', help='a registered judge (default: the official one, longmemeval or locomo)')
+    sh.add_argument('--judge-model', help='the model an LLM judge calls, e.g. gpt-4o-2024-08-06 (LongMemEval\'s)')
+    sh.add_argument('--judge-backend', default='openai', help='backend of --judge-model: openai (any compatible server) or anthropic')
+    sh.add_argument('--base-url', help='OpenAI-compatible server of --judge-model')
+    sh.add_argument('--api-key-env', help="environment variable holding the judge's key (default: the backend's)")
+    sh.add_argument('--runs', type=_positive_int, help='judge runs per answer (default 1)')
+    sh.add_argument('--out', help='write one JSON line per answer (question_id, autoeval_label, score) to this new file')
     h = 'accuracy with task-level bootstrap CIs'
     r = sub.add_parser('report', help=h, description=h, formatter_class=fmt, epilog=ex('memlab report STORE --by policy,memory --csv acc.csv'))
     r.add_argument('store', help='a run folder (read only: works on read-only stores)')
@@ -277,6 +320,7 @@ def main(argv: Optional[list]=None):
     "Entry point of the `memlab` console script; bad input is one line `memlab: ...` and exit status 2."
     a = parser().parse_args(argv)
     cmd = {'run': _cmd_run, 'resume': lambda a: _cmd_run(a, resume=True), 'score': _cmd_score, 'report': _cmd_report,
+           'score-hypotheses': _cmd_score_hypotheses,
            'estimate': _cmd_estimate, 'reproduce': _cmd_reproduce, 'data': _cmd_data, 'check': _cmd_check}[a.cmd]
     from memlab.core import RecordError, load_plugins
     from memlab.cache import CacheError

@@ -29,7 +29,8 @@ __all__ = ['SAFE_NAME', 'DATASETS', 'DATASET_OPTIONS', 'ROLLOUT_KEY', 'SCORE_KEY
            'StoreError', 'StoreWarning', 'lock_holder', 'writer_lock', 'ResultsStore', 'check_store', 'git_commit',
            'package_versions', 'dataset_hash', 'file_sha256', 'make_manifest', 'chunking_info', 'check_instances',
            'load_dataset', 'make_history', 'rollout_id', 'shared_policy', 'run_unit', 'plan_units', 'deferred_signals',
-           'preflight', 'run', 'error_summary', 'estimate', 'build_judge', 'judge_passes', 'score', 'results_frame']
+           'preflight', 'run', 'error_summary', 'estimate', 'build_judge', 'judge_passes', 'score', 'results_frame',
+           'read_hypotheses', 'score_hypotheses']
 
 # %% ../nbs/07_runner.ipynb #eca9aed1
 SAFE_NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9._-]{0,127}')   # run and section names become folder names
@@ -844,3 +845,47 @@ def results_frame(store: ResultsStore|str|Path, # a scored store
         raise ValueError(f'several judges in the store {[f"{a} ({b}, prompt {c})" for a, b, c in passes]}: pass judge= (and judge_model=)')
     agg = agg.drop(columns=['judge'])
     return ro.merge(agg, on='rollout_id', how='left')
+
+# %% ../nbs/07_runner.ipynb #e631214c
+def read_hypotheses(path: str|Path, # JSONL / JSON list of {question_id, hypothesis}, or a LoCoMo output file
+                    queries: dict, # query id -> Query, from the dataset the answers are for
+                    prediction_key: Optional[str]=None # LoCoMo output files: the QA key holding the predictions
+                   ) -> list[tuple[str, str]]:
+    "(question id, answer) pairs checked against the dataset; a bad record is one RecordError naming file, record and field."
+    from memlab.core import read_json_records
+    recs, out = read_json_records(path), []
+    if prediction_key:
+        for i, rec in enumerate(recs):
+            sid = rec.get('sample_id') if isinstance(rec, dict) else None
+            qa = rec.get('qa') if isinstance(rec, dict) else None
+            if not isinstance(qa, list): raise RecordError(f"{path}: record {i} (sample_id={sid}): field 'qa': expected a list")
+            for j, item in enumerate(qa):
+                if isinstance(item, dict) and prediction_key in item: out.append((f'{sid}:q{j}', item[prediction_key]))
+        if not out: raise RecordError(f"{path}: no QA item has the field {prediction_key!r}")
+    else:
+        for i, rec in enumerate(recs):
+            for k in ('question_id', 'hypothesis'):
+                if not isinstance(rec, dict) or k not in rec: raise RecordError(f"{path}: record {i}: field {k!r} is missing")
+            out.append((str(rec['question_id']), rec['hypothesis']))
+    for i, (qid, hyp) in enumerate(out):
+        if qid not in queries: raise RecordError(f"{path}: record {i} (question_id={qid}): field 'question_id': not a question of the dataset")
+        if not isinstance(hyp, str): raise RecordError(f"{path}: record {i} (question_id={qid}): field 'hypothesis': expected a string, got {type(hyp).__name__}")
+    dup = [q for q, n in pd.Series([q for q, _ in out]).value_counts().items() if n > 1]
+    if dup: raise RecordError(f"{path}: question_id {dup[0]!r} is answered {len([q for q, _ in out if q == dup[0]])} times")
+    return out
+
+def score_hypotheses(pairs: list[tuple[str, str]], # `read_hypotheses` output
+                     queries: dict, # query id -> Query
+                     judge, # a Judge (e.g. `build_judge({'name': 'longmemeval', 'backend': ...})`)
+                     n_runs: int=1 # judge runs per answer
+                    ) -> pd.DataFrame:
+    "One row per answer: query id, type, LoCoMo category, correct (mean over runs), score, n_judged, n_unparsed, autoeval_label."
+    from memlab.judge import judge_many, aggregate_runs
+    scores = judge_many(judge, [(qid, queries[qid], hyp) for qid, hyp in pairs], n_runs=n_runs,
+                        workers=getattr(judge, 'concurrency', 1))
+    agg = aggregate_runs(pd.DataFrame([s.model_dump() for s in scores])).rename(columns={'rollout_id': 'query_id'})
+    agg['qtype'] = agg['query_id'].map(lambda q: queries[q].qtype)
+    agg['category'] = agg['query_id'].map(lambda q: queries[q].meta.get('category'))
+    agg['autoeval_label'] = [dict(model=judge.model, label=bool(c >= 0.5) if c == c else False) if nj + nu else None   # unparsed: no 'yes'
+                             for c, nj, nu in zip(agg['correct'], agg['n_judged'], agg['n_unparsed'])]
+    return agg
