@@ -233,6 +233,13 @@ def _cmd_data(a):
     kw = validate_params(fn, opts, 'option', 'data inspect', partial=True)
     print(inspection_text(fn(a.file, sha256=a.sha256, **kw)))
 
+def _judge_backend_args(p: argparse.ArgumentParser):
+    "The options that name an LLM judge's model and server (score, score-hypotheses)."
+    p.add_argument('--judge-model', help='the model an LLM judge calls, e.g. gpt-4o-2024-08-06; a new model is a new scoring pass')
+    p.add_argument('--judge-backend', default='openai', help='backend of --judge-model: openai (any compatible server) or anthropic')
+    p.add_argument('--base-url', help='OpenAI-compatible server of --judge-model, e.g. http://localhost:8000/v1')
+    p.add_argument('--api-key-env', help="environment variable holding the judge's key (default: the backend's)")
+
 def parser() -> argparse.ArgumentParser:
     "The memlab command-line parser."
     import memlab
@@ -268,10 +275,7 @@ def parser() -> argparse.ArgumentParser:
                                  'memlab score STORE --judge llm-a3 --judge-model qwen3-8b --base-url http://localhost:8000/v1'))
     s.add_argument('store', help='a run folder (results/<section>/runs/<name>)')
     s.add_argument('--judge', help="a registered judge (default: the config's), e.g. offline-match, llm-a3, longmemeval")
-    s.add_argument('--judge-model', help='the model an LLM judge calls; a new model is a new scoring pass')
-    s.add_argument('--judge-backend', default='openai', help='backend of --judge-model: openai (any compatible server) or anthropic')
-    s.add_argument('--base-url', help='OpenAI-compatible server of --judge-model, e.g. http://localhost:8000/v1')
-    s.add_argument('--api-key-env', help="environment variable holding the judge's key (default: the backend's)")
+    _judge_backend_args(s)
     s.add_argument('--runs', type=_positive_int, help="judge runs per rollout (default: the config's judge_runs); only missing runs are made")
     s.add_argument('--wait', action='store_true', help='wait while another writer holds the store (default: exit 2)')
     h = 'list damaged, foreign and leftover files and duplicate rows of a store'
@@ -286,10 +290,7 @@ def parser() -> argparse.ArgumentParser:
     sh.add_argument('hypotheses', help='JSONL or JSON list of {question_id, hypothesis}, or a LoCoMo output file (--prediction-key)')
     sh.add_argument('--prediction-key', help="LoCoMo output files: the QA key holding the predictions, e.g. gpt-4o_prediction")
     sh.add_argument('--judge', help='a registered judge (default: the official one, longmemeval or locomo)')
-    sh.add_argument('--judge-model', help='the model an LLM judge calls, e.g. gpt-4o-2024-08-06 (LongMemEval\'s)')
-    sh.add_argument('--judge-backend', default='openai', help='backend of --judge-model: openai (any compatible server) or anthropic')
-    sh.add_argument('--base-url', help='OpenAI-compatible server of --judge-model')
-    sh.add_argument('--api-key-env', help="environment variable holding the judge's key (default: the backend's)")
+    _judge_backend_args(sh)
     sh.add_argument('--runs', type=_positive_int, help='judge runs per answer (default 1)')
     sh.add_argument('--out', help='write one JSON line per answer (question_id, autoeval_label, score) to this new file')
     h = 'accuracy with task-level bootstrap CIs'
