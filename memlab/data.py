@@ -243,7 +243,7 @@ def _locomo_query(f: Fields, sid: str, j: int, qa: Any, sessions: dict) -> Query
         if 'answer' in qa: meta['answer'] = str(f.get(qa, 'answer', (str, int, float), where))
         answers = [LOCOMO_ABSTAIN_ANSWER]
     else: answers = [str(f.get(qa, 'answer', (str, int, float), where))]
-    dia, bad, malformed, dangling = [], [], [], []
+    dia, bad, malformed, dangling, no_turn = [], [], [], [], []
     for e in evidence:
         good, rest = parse_dia_ids(e)
         if rest or len(good) != 1: malformed.append(e)
@@ -251,10 +251,12 @@ def _locomo_query(f: Fields, sid: str, j: int, qa: Any, sessions: dict) -> Query
     sids = []
     for d in dia:
         n = int(_DIA_ID.match(d).group(1))
-        if n in sessions: sids.append(sessions[n][1].id)
-        else: dangling.append(d)
+        if n not in sessions: dangling.append(d); continue
+        sids.append(sessions[n][1].id)
+        if d not in {t.meta.get('dia_id') for t in sessions[n][1].turns}: no_turn.append(d)   # e.g. conv-42 D10:19
     meta['dia_ids'] = dia
-    for k, v in (('malformed_evidence', malformed), ('unparsed_evidence', bad), ('dangling_evidence', dangling)):
+    for k, v in (('malformed_evidence', malformed), ('unparsed_evidence', bad), ('dangling_evidence', dangling),
+                 ('missing_turn_evidence', no_turn)):
         if v: meta[k] = v
     return Query(id=f'{sid}:q{j}', question=question, answers=answers, evidence=list(dict.fromkeys(sids)),
                  qtype=LOCOMO_CATEGORIES[cat], abstention=cat == 5, meta=meta)
@@ -328,8 +330,10 @@ def summarize(instances: list[Instance] # loaded instances
               ('date keys without a session', sum(len(i.meta.get('orphan_dates', [])) for i in instances)),
               ('malformed evidence strings', sum(len(q.meta.get('malformed_evidence', [])) for q in qs)),
               ('evidence dia ids naming no session', sum(len(q.meta.get('dangling_evidence', [])) for q in qs)),
+              ('evidence dia ids naming no turn of their session', sum(len(q.meta.get('missing_turn_evidence', [])) for q in qs)),
               ('questions without evidence', sum(not q.evidence for q in qs))]
     rows += [('quirks', n, v) for n, v in quirks]
+    rows += [('evidence naming no turn', q.id, ', '.join(q.meta['missing_turn_evidence'])) for q in qs if q.meta.get('missing_turn_evidence')]
     df = pd.DataFrame(rows, columns=['section', 'name', 'value'])
     df['value'] = pd.Series([r[2] for r in rows], dtype=object)     # counts stay ints, means floats
     return df

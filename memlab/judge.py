@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_judge.ipynb #2d132087
 from __future__ import annotations
-import calendar, contextvars, datetime as dt, json, re, string
+import calendar, contextvars, datetime as dt, json, math, re, string
 import regex
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -17,13 +17,14 @@ __all__ = ['METRICS', 'LOCOMO_CATEGORIES', 'LOCOMO_ABSTAIN', 'OFFLINE_JUDGE_LABE
            'PREMISE_REJECTIONS', 'LOCOMO_ORDER', 'A3_SYSTEM_PROMPT', 'A3_USER_TEMPLATE', 'MEMOS_SYSTEM_PROMPT',
            'MEMOS_LOCOMO_TEMPLATE', 'MEMOS_LME_TEMPLATE', 'LME_DEFAULT_TEMPLATE', 'LME_TEMPORAL_TEMPLATE',
            'LME_KNOWLEDGE_UPDATE_TEMPLATE', 'LME_PREFERENCE_TEMPLATE', 'LME_ABSTENTION_TEMPLATE', 'LME_TEMPLATES',
-           'normalize_mab', 'normalize_locomo', 'register_metric', 'get_metric', 'flatten_golds', 'exact_match',
-           'substring_exact_match', 'token_f1', 'locomo_f1', 'locomo_multihop_f1', 'locomo_score', 'rouge_l_f1',
-           'recall_all', 'all_recalled', 'register_judge', 'make_judge', 'gold_text', 'Judge', 'is_abstention',
-           'rejects_premise', 'dates_in', 'matched_gold', 'OfflineJudge', 'LoCoMoJudge', 'locomo_metrics',
-           'fill_template', 'parse_label_json', 'LLMJudge', 'parse_memos_locomo', 'parse_memos_lme', 'MemOSLoCoMoJudge',
-           'MemOSLMEJudge', 'lme_template', 'parse_yes_no', 'LongMemEvalJudge', 'longmemeval_metrics', 'judge_many',
-           'scores_frame', 'aggregate_runs', 'judge_summary']
+           'RETRIEVAL_KS', 'normalize_mab', 'normalize_locomo', 'register_metric', 'get_metric', 'flatten_golds',
+           'exact_match', 'substring_exact_match', 'token_f1', 'locomo_f1', 'locomo_multihop_f1', 'locomo_score',
+           'rouge_l_f1', 'recall_all', 'all_recalled', 'register_judge', 'make_judge', 'gold_text', 'Judge',
+           'is_abstention', 'rejects_premise', 'dates_in', 'matched_gold', 'OfflineJudge', 'LoCoMoJudge',
+           'locomo_metrics', 'fill_template', 'parse_label_json', 'LLMJudge', 'parse_memos_locomo', 'parse_memos_lme',
+           'MemOSLoCoMoJudge', 'MemOSLMEJudge', 'lme_template', 'parse_yes_no', 'LongMemEvalJudge',
+           'longmemeval_metrics', 'judge_many', 'scores_frame', 'aggregate_runs', 'judge_summary', 'retrieved_sessions',
+           'retrieval_scores', 'retrieval_table']
 
 # %% ../nbs/05_judge.ipynb #f5210f38
 _PUNCT = set(string.punctuation)
@@ -634,3 +635,48 @@ def judge_summary(scores_df: pd.DataFrame # `scores_frame` rows
                         'n_unparsed': cnt['label'].agg(lambda s: int((s == 'unparsed').sum())),
                         'n_error': cnt['label'].agg(lambda s: int((s == 'error').sum()))})
     return out.reset_index()
+
+# %% ../nbs/05_judge.ipynb #fc795f63
+RETRIEVAL_KS = (1, 3, 5, 10)   # LongMemEval reports @5 and @10 (sessions); k is in {1, 3, 5, 10, 30, 50} there
+
+def retrieved_sessions(trajectory: str|dict # a rollout's trajectory (JSON text or dict)
+                      ) -> list[str]:
+    "The session ids the memory returned, in order of calls and rank, each once: the rollout's ranking of sessions."
+    t = json.loads(trajectory) if isinstance(trajectory, str) else (trajectory or {})
+    out = []
+    for s in t.get('steps', []):
+        if s.get('kind') != 'search': continue
+        for e in sorted(s.get('observation') or [], key=lambda e: e.get('rank', 0)):
+            for sid in (e.get('meta') or {}).get('session_ids') or [e.get('session_id')]:   # a window unit holds several sessions
+                if sid is not None and sid not in out: out.append(sid)
+    return out
+
+def _dcg(rel: list) -> float: return float(rel[0] + sum(r / math.log2(i + 1) for i, r in enumerate(rel[1:], start=1))) if rel else 0.0
+
+def retrieval_scores(ranked: Sequence[str], # retrieved session ids, best first, distinct
+                     gold: Iterable[str], # evidence session ids
+                     ks: Sequence[int]=RETRIEVAL_KS # cut-offs
+                    ) -> dict:
+    "LongMemEval's recall_any@k, recall_all@k and ndcg_any@k (datasets.md §1.4), and LoCoMo's evidence recall (session mode)."
+    gold = set(gold)
+    if not gold: raise ValueError('retrieval_scores needs at least one evidence id')
+    rel = [int(s in gold) for s in ranked]; out = {}
+    for k in ks:
+        top = rel[:k]
+        out[f'recall_any@{k}'] = float(any(top)); out[f'recall_all@{k}'] = float(sum(top) == len(gold))
+        out[f'ndcg_any@{k}'] = _dcg(top) / _dcg([1] * min(len(gold), k))
+    out['evidence_recall'] = len(gold & set(ranked)) / len(gold)
+    return out
+
+def retrieval_table(rollouts: pd.DataFrame, # `ResultsStore.rollouts()` rows (with trajectory)
+                    queries: dict, # query id -> Query (the gold evidence comes from here, never from the rollout)
+                    ks: Sequence[int]=RETRIEVAL_KS # cut-offs
+                   ) -> pd.DataFrame:
+    "Per answered rollout: its retrieval scores against the query's evidence sessions (abstention questions skipped, as LongMemEval does)."
+    rows = []
+    for r in rollouts[rollouts['error'].isna()].itertuples():
+        q = queries.get(r.query_id)
+        if q is None or q.abstention or not q.evidence: continue
+        rows.append(dict(rollout_id=r.rollout_id, query_id=r.query_id, policy=r.policy, memory=r.memory, condition=r.condition,
+                         **retrieval_scores(retrieved_sessions(r.trajectory), q.evidence, ks)))
+    return pd.DataFrame(rows)

@@ -352,3 +352,16 @@ def test_cli_subprocess(tmp_path):
     r = subprocess.run([MEMLAB, 'data', 'inspect', 'locomo', str(bad)], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 2 and r.stdout == ''
     assert r.stderr == f"memlab: {bad}: record 1 (sample_id=conv-91): field 'qa.2.evidence': expected a list, got str\n"
+
+
+def test_locomo_evidence_naming_a_missing_turn_is_reported(tmp_path):
+    "Released LoCoMo evidence names turns that do not exist (conv-42 D10:19, conv-47 D4:36, conv-50 D30:05): counted and listed."
+    from memlab.data import inspect_dataset
+    data = json.loads(LOCOMO.read_text())
+    qa = data[0]['qa'][0]; qa['evidence'] = ['D1:99']
+    p = tmp_path / 'locomo10.json'; p.write_text(json.dumps(data))
+    t = inspect_dataset('locomo', p)
+    v = dict(zip(t['name'], t['value']))
+    assert v['evidence dia ids naming no turn of their session'] == 1
+    row = t[t['section'] == 'evidence naming no turn']
+    assert row['name'].tolist() == [f"{data[0]['sample_id']}:q0"] and row['value'].tolist() == ['D1:99']
