@@ -81,20 +81,24 @@ def run_loop(policy: Policy, # the offline reader or an LLM policy
     if not isinstance(view, QueryView): raise TypeError('run_loop takes a QueryView: policies never see gold answers or ids')
     single_pass = memory.single_pass if single_pass is None else single_pass
     steps, capped, pol_s = [], False, 0.0
-    if single_pass: steps.append(_search(memory, policy.harness_query(view), 'harness'))
-    while True:
-        can = (not single_pass) and sum(s.kind == 'search' for s in steps) < max_steps
-        capped = capped or (not single_pass and not can)   # the cap was reached: the policy must answer now
-        t = time.perf_counter(); a = policy.act(view, list(steps), can, sample=sample); pol_s += time.perf_counter() - t
-        if isinstance(a, Answer):
-            steps.append(Step(kind='answer', answer=a.text, usage=a.usage)); break
-        if not isinstance(a, Search): raise PolicyError(f'{policy.name} returned {a!r}, not Search or Answer')
-        if not can:
-            if single_pass: raise PolicyError(f'{policy.name} searched in single-pass mode')
-            t = time.perf_counter(); a = policy.act(view, list(steps), False, sample=sample); pol_s += time.perf_counter() - t
-            if not isinstance(a, Answer): raise PolicyError(f'{policy.name} kept searching after the safety cap')
-            steps.append(Step(kind='answer', answer=a.text, usage=a.usage)); break
-        steps.append(_search(memory, a.query, 'agent', a.usage))
+    try:
+        if single_pass: steps.append(_search(memory, policy.harness_query(view), 'harness'))
+        while True:
+            can = (not single_pass) and sum(s.kind == 'search' for s in steps) < max_steps
+            capped = capped or (not single_pass and not can)   # the cap was reached: the policy must answer now
+            t = time.perf_counter(); a = policy.act(view, list(steps), can, sample=sample); pol_s += time.perf_counter() - t
+            if isinstance(a, Answer):
+                steps.append(Step(kind='answer', answer=a.text, usage=a.usage)); break
+            if not isinstance(a, Search): raise PolicyError(f'{policy.name} returned {a!r}, not Search or Answer')
+            if not can:
+                if single_pass: raise PolicyError(f'{policy.name} searched in single-pass mode')
+                t = time.perf_counter(); a = policy.act(view, list(steps), False, sample=sample); pol_s += time.perf_counter() - t
+                if not isinstance(a, Answer): raise PolicyError(f'{policy.name} kept searching after the safety cap')
+                steps.append(Step(kind='answer', answer=a.text, usage=a.usage)); break
+            steps.append(_search(memory, a.query, 'agent', a.usage))
+    except Exception as e:        # what finished before the failure (the model's earlier calls, their usage) travels with it
+        e.partial_result = LoopResult(Trajectory(steps=steps), capped, pol_s, sum(s.memory_s for s in steps))
+        raise
     return LoopResult(Trajectory(steps=steps), capped, pol_s, sum(s.memory_s for s in steps))
 
 # %% ../nbs/03_agent.ipynb #7cadf815

@@ -546,7 +546,7 @@ def build_messages(view: QueryView, steps: list[Step]) -> list[dict]:
     msgs = [{'role': 'system', 'content': SYSTEM_PROMPT}, {'role': 'user', 'content': question_text(view)}]
     for i, s in enumerate(x for x in steps if x.kind == 'search'):
         cid = f'call_{i + 1}'
-        msgs.append({'role': 'assistant', 'content': None, 'tool_calls': [{'id': cid, 'type': 'function',
+        msgs.append({'role': 'assistant', 'content': '', 'tool_calls': [{'id': cid, 'type': 'function',   # '': null is refused by strict servers
                      'function': {'name': 'search_memory', 'arguments': json.dumps({'query': s.query})}}]})
         msgs.append({'role': 'tool', 'tool_call_id': cid, 'content': format_evidence(s.observation)})
     return msgs

@@ -539,8 +539,10 @@ def run_unit(cfg: dict, # RunConfig as a dict (picklable)
             r = Rollout(**base, answer=res.answer, trajectory=res.trajectory, n_calls=res.n_calls, capped=res.capped,
                         usage=res.trajectory.usage, timings=dict(ingest_s=ingest_s, ingest_loaded=float(loaded), policy_s=res.policy_s,
                                                                  memory_s=res.memory_s, total_s=time.perf_counter() - t))
-        except Exception as e:   # kept with its cause; never scored as wrong
-            r = Rollout(**base, error=redact(f'{type(e).__name__}: {e}'), timings=dict(total_s=time.perf_counter() - t))
+        except Exception as e:   # kept with its cause and the steps (and usage) that finished before it; never scored as wrong
+            p = getattr(e, 'partial_result', None)
+            done = dict(trajectory=p.trajectory, n_calls=p.n_calls, capped=p.capped, usage=p.trajectory.usage) if p else {}
+            r = Rollout(**base, error=redact(f'{type(e).__name__}: {e}'), timings=dict(total_s=time.perf_counter() - t), **done)
         out.append(r)
         if sink: sink(r)
     return out

@@ -259,7 +259,8 @@ class LoopbackServer:
                  port: int = 0, # 0: any free port
                  max_faults_per_body: int = 3, # after this many faults for one request body the next attempt passes
                  idle_timeout: float = 30.0, # seconds an idle keep-alive connection is kept open
-                 echo_auth: bool = False): # 401 and 500 bodies quote the request's Authorization / x-api-key header
+                 echo_auth: bool = False, # 401 and 500 bodies quote the request's Authorization / x-api-key header
+                 strict: bool = True): # reject what strict OpenAI-compatible servers reject (llama-cpp-python: a null message content)
         if kind not in KINDS: raise ValueError(f'kind must be one of {KINDS}, not {kind!r}')
         faults = tuple(faults)
         bad = [f for f in faults if f not in FAULTS + OPT_FAULTS]
@@ -268,7 +269,7 @@ class LoopbackServer:
         self.kind, self.responder = kind, responder or default_responder
         self.latency, self.fault_rate, self.faults = float(latency), float(fault_rate), faults
         self.retry_after, self.hang, self.seed, self.port = float(retry_after), float(hang), seed, port
-        self.max_faults_per_body, self.idle_timeout, self.echo_auth = max_faults_per_body, idle_timeout, echo_auth
+        self.max_faults_per_body, self.idle_timeout, self.echo_auth, self.strict = max_faults_per_body, idle_timeout, echo_auth, strict
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._conns: set = set()
@@ -359,6 +360,9 @@ class LoopbackServer:
             return send(400, error_body(self.kind, 400, 'request body is not a JSON object'))
         if req.get('stream'):
             return send(400, error_body(self.kind, 400, 'loopback server does not implement streaming'))
+        bad = [i for i, m in enumerate(req.get('messages') or []) if isinstance(m, dict) and not isinstance(m.get('content'), (str, list))]
+        if self.strict and self.kind == 'openai' and bad:   # llama-cpp-python's server: HTTP 500, pydantic's message
+            return send(500, error_body(self.kind, 500, f'messages.{bad[0]}.content: Input should be a valid string'))
         if self.latency > 0: self._stop.wait(self.latency)
         fault = self._draw_fault(body)
         if fault == '429':

@@ -62,7 +62,7 @@ def test_openai_tool_call_round_trip():
         assert r.usage.prompt_tokens > 0 and r.usage.completion_tokens > 0
         assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
 
-        msgs += [{'role': 'assistant', 'content': None, 'tool_calls': [
+        msgs += [{'role': 'assistant', 'content': '', 'tool_calls': [   # '' as memlab sends it: strict servers refuse null
                      {'id': tc.id, 'type': 'function',
                       'function': {'name': tc.function.name, 'arguments': tc.function.arguments}}]},
                  {'role': 'tool', 'tool_call_id': tc.id, 'content': EVIDENCE}]
@@ -230,3 +230,16 @@ def test_concurrent_calls_overlap(kind):
         elapsed = time.perf_counter() - t
         assert out == [['OK'] * calls] * threads and srv.n_requests == threads * calls
         assert elapsed < 0.5 * threads * calls * latency, elapsed
+
+
+def test_strict_server_refuses_null_content_as_llama_cpp_does():
+    "The loopback server is as strict as llama-cpp-python's: a message whose content is null gets HTTP 500."
+    import openai
+    with LoopbackServer('openai') as srv:
+        c = openai.OpenAI(base_url=srv.url, api_key='sk-test', max_retries=0)
+        bad = [{'role': 'user', 'content': 'Q'}, {'role': 'assistant', 'content': None}, {'role': 'user', 'content': 'again'}]
+        with pytest.raises(openai.InternalServerError, match='Input should be a valid string'):
+            c.chat.completions.create(model='m', messages=bad)
+    with LoopbackServer('openai', strict=False) as srv:
+        c = openai.OpenAI(base_url=srv.url, api_key='sk-test', max_retries=0)
+        assert c.chat.completions.create(model='m', messages=bad).choices[0].message.content

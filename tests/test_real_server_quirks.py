@@ -1,0 +1,42 @@
+"""What broke against a real OpenAI-compatible server (llama-cpp-python serving a real model), reproduced with the
+loopback server made as strict as that server (127.0.0.1 only): each test failed on the code before its fix."""
+import json
+
+from loopback import LoopbackServer
+from memlab.runner import RunConfig, run, load_dataset
+
+
+def test_multi_step_tool_calls_pass_a_strict_server(tmp_path, monkeypatch):
+    "After a search_memory call memlab sent the assistant turn with content null; llama-cpp-python answers HTTP 500."
+    monkeypatch.setenv('OPENAI_API_KEY', 'sk-test'); monkeypatch.setenv('MEMLAB_CACHE', str(tmp_path / 'c.sqlite'))
+    data = {'kind': 'synthetic', 'params': {'n_instances': 1, 'queries_per_instance': 4, 'n_filler': 6, 'seed': 1}}
+    with LoopbackServer('openai') as srv:
+        cfg = RunConfig(name='strict', dataset=data, memories=[{'name': 'items', 'k': 12}],   # an iterative memory: several model calls
+                        policies=[{'name': 'llm', 'backend': {'name': 'openai', 'model': 'm', 'base_url': srv.url, 'cache': False,
+                                                               'max_attempts': 1}}])
+        st = run(cfg, load_dataset(data), tmp_path / 'store', progress=False)
+        tool_turns = [m for r in srv.requests for m in r['messages'] if m['role'] == 'tool']
+    ro = st.rollouts()
+    assert ro['error'].isna().all(), ro['error'].dropna().iloc[0]
+    assert tool_turns, 'no request carried a tool result: the case tested nothing'
+    assert all(m['content'] is not None for r in srv.requests for m in r['messages'])
+
+
+def test_an_errored_rollout_keeps_what_finished_before_the_error(tmp_path, monkeypatch):
+    "A server that fails the second call of an agent loop: the rollout is an error, and keeps the first call's search and usage."
+    from loopback import default_responder
+    monkeypatch.setenv('OPENAI_API_KEY', 'sk-test'); monkeypatch.setenv('MEMLAB_CACHE', str(tmp_path / 'c.sqlite'))
+    def responder(kind, req):
+        if any(m['role'] == 'tool' for m in req['messages']): raise RuntimeError('the server gave up')   # -> HTTP 400
+        return default_responder(kind, req)
+    data = {'kind': 'synthetic', 'params': {'n_instances': 1, 'queries_per_instance': 2, 'n_filler': 6, 'seed': 1}}
+    with LoopbackServer('openai', responder=responder) as srv:
+        cfg = RunConfig(name='partial', dataset=data, memories=[{'name': 'items', 'k': 12}],
+                        policies=[{'name': 'llm', 'backend': {'name': 'openai', 'model': 'm', 'base_url': srv.url, 'cache': False,
+                                                               'max_attempts': 1}}])
+        st = run(cfg, load_dataset(data), tmp_path / 'store', progress=False)
+    ro = st.rollout_records()
+    assert ro and all(r.error for r in ro)
+    for r in ro:
+        assert [s.kind for s in r.trajectory.steps] == ['search'] and r.n_calls == 1    # the first model call's search
+        assert r.usage.input_tokens > 0                                                # and what it cost
