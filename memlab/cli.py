@@ -159,7 +159,7 @@ def _cmd_report(a):
     from memlab.stats import bootstrap_table
     from memlab.core import RecordError
     if not Path(a.store).is_dir(): raise RecordError(f'{a.store}: no such store')
-    df = results_frame(a.store)
+    df = results_frame(a.store, judge=a.judge, judge_model=a.judge_model)   # a store scored by several judges: name one
     by = a.by.split(',') if a.by else ['policy', 'memory'] + [c for c in df.columns if c.startswith('cond_')]
     t = bootstrap_table(df.dropna(subset=['correct']), 'correct', by=by, group='query_id', n_resamples=a.resamples)
     errs = df.groupby(by, dropna=False)['error'].agg(lambda s: int(s.notna().sum())).rename('errors').reset_index()
@@ -294,7 +294,10 @@ def parser() -> argparse.ArgumentParser:
     sh.add_argument('--runs', type=_positive_int, help='judge runs per answer (default 1)')
     sh.add_argument('--out', help='write one JSON line per answer (question_id, autoeval_label, score) to this new file')
     h = 'accuracy with task-level bootstrap CIs'
-    r = sub.add_parser('report', help=h, description=h, formatter_class=fmt, epilog=ex('memlab report STORE --by policy,memory --csv acc.csv'))
+    r = sub.add_parser('report', help=h, description=h, formatter_class=fmt,
+                       epilog=ex('memlab report STORE --by policy,memory --csv acc.csv', 'memlab report STORE --judge llm-a3 --judge-model gpt-4o-mini'))
+    r.add_argument('--judge', help='the scoring pass to report when the store holds several (a judge name)')
+    r.add_argument('--judge-model', help="with --judge: that judge's model")
     r.add_argument('store', help='a run folder (read only: works on read-only stores)')
     r.add_argument('--by', help='comma-separated grouping columns (default: policy, memory and the condition columns)')
     r.add_argument('--csv', help='also write the table to this CSV file')

@@ -29,8 +29,8 @@ __all__ = ['SAFE_NAME', 'DATASETS', 'DATASET_OPTIONS', 'ROLLOUT_KEY', 'SCORE_KEY
            'StoreError', 'StoreWarning', 'lock_holder', 'writer_lock', 'ResultsStore', 'check_store', 'git_commit',
            'package_versions', 'dataset_hash', 'file_sha256', 'make_manifest', 'chunking_info', 'check_instances',
            'load_dataset', 'make_history', 'rollout_id', 'shared_policy', 'run_unit', 'plan_units', 'deferred_signals',
-           'preflight', 'run', 'error_summary', 'estimate', 'build_judge', 'judge_passes', 'score', 'results_frame',
-           'read_hypotheses', 'score_hypotheses']
+           'preflight', 'run', 'RunWarning', 'warn_no_tool_calls', 'error_summary', 'estimate', 'build_judge',
+           'judge_passes', 'score', 'results_frame', 'read_hypotheses', 'score_hypotheses']
 
 # %% ../nbs/07_runner.ipynb #eca9aed1
 SAFE_NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9._-]{0,127}')   # run and section names become folder names
@@ -681,7 +681,28 @@ def run(cfg: RunConfig|dict|str, # the run config (or a dict / YAML path)
             if old is None and n_written[0] == 0 and not len(stored): store.manifest_path.unlink(missing_ok=True)  # nothing was written
             raise
         finally: bar.close()
+    warn_no_tool_calls(store, {spec_name(ps) for ps, p in zip(cfg.policies, policies) if getattr(p, 'backend', None) is not None},
+                       {spec_name(ms) for ms, m in zip(cfg.memories, memories) if not m.single_pass})
     return store
+
+class RunWarning(UserWarning):
+    "A run finished, but something in it looks wrong (the message says what and what to check)."
+
+def warn_no_tool_calls(store: ResultsStore, # the run's store
+                       model_policies: set, # `spec_name`s of the policies that call a model
+                       iterative_memories: set # `spec_name`s of the memories the agent searches itself
+                      ) -> list[str]:
+    "Warn for each model policy that never searched an iterative memory: the server may drop `tools` (its chat template)."
+    if not (model_policies and iterative_memories): return []
+    ro = store.rollouts(columns=['policy', 'memory', 'n_calls', 'error'])
+    ro = ro[ro['error'].isna() & ro['policy'].isin(model_policies) & ro['memory'].isin(iterative_memories)]
+    out = []
+    for (pol, mem), g in ro.groupby(['policy', 'memory']):
+        if (g['n_calls'] == 0).all():
+            out.append(f'{pol} made no search_memory call in {len(g)} answered rollouts on the iterative memory {mem}: '
+                       'the server may ignore `tools` (e.g. a chat template without tool support); check that it returns tool calls')
+    for m in out: warnings.warn(m, RunWarning, stacklevel=3)
+    return out
 
 # %% ../nbs/07_runner.ipynb #242d9b48
 def _cause(err: str) -> str:
@@ -842,9 +863,10 @@ def results_frame(store: ResultsStore|str|Path, # a scored store
     if judge is not None: agg = agg[agg['judge'] == judge]
     if judge_model is not None: agg = agg[agg['judge_model'] == judge_model]
     passes = sorted(set(zip(agg['judge'], agg['judge_model'], agg['prompt_hash'])))
-    if not passes: raise ValueError(f'no scores by judge {judge!r} (model {judge_model!r}) in {store.root}')
+    if not passes: raise StoreError(f'no scores by judge {judge!r} (model {judge_model!r}) in {store.root}')
     if len(passes) > 1:
-        raise ValueError(f'several judges in the store {[f"{a} ({b}, prompt {c})" for a, b, c in passes]}: pass judge= (and judge_model=)')
+        raise StoreError(f'several judges in the store {[f"{a} ({b}, prompt {c})" for a, b, c in passes]}: '
+                         'name one: judge= (and judge_model=), or memlab report --judge (--judge-model)')
     agg = agg.drop(columns=['judge'])
     return ro.merge(agg, on='rollout_id', how='left')
 

@@ -69,3 +69,20 @@ def test_score_with_the_locomo_judge_from_the_cli(tmp_path):
     sc = ResultsStore(store).scores()
     assert set(sc['judge']) == {'locomo'} and sc['score'].between(0, 1).all() and len(sc) == 16
     assert (sc['score'] == sc['score'].round(3)).all()                  # stored rounded, as the official files
+
+
+def test_report_names_the_judge_when_a_store_has_several(tmp_path):
+    "After two judges, `memlab report` failed with a traceback and had no --judge: now exit 2 naming --judge, and --judge picks one."
+    import yaml
+    from inproc import memlab_main
+    cfg = tmp_path / 'c.yaml'
+    cfg.write_text(yaml.safe_dump({'name': 'two', 'dataset': {'kind': 'synthetic', 'params': {'n_instances': 1, 'queries_per_instance': 4, 'n_filler': 4}},
+                                   'policies': [{'name': 'offline-reader'}], 'memories': [{'name': 'bm25'}]}))
+    store = tmp_path / 's'
+    assert memlab_main(['run', cfg, '--store', store, '--score'])['rc'] == 0
+    fx = memlab_main(['score', store, '--judge', 'locomo'])            # synthetic queries have no LoCoMo category: errors, still a pass
+    assert fx['rc'] == 0, fx['out']
+    r = memlab_main(['report', store])
+    assert r['rc'] == 2 and 'several judges' in r['err'] and '--judge' in r['err'] and len(r['err'].strip().splitlines()) == 1, r['err']
+    r = memlab_main(['report', store, '--judge', 'offline-match'])
+    assert r['rc'] == 0 and 'offline reader (no LLM)' in r['out'], r['out']

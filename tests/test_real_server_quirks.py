@@ -40,3 +40,17 @@ def test_an_errored_rollout_keeps_what_finished_before_the_error(tmp_path, monke
     for r in ro:
         assert [s.kind for s in r.trajectory.steps] == ['search'] and r.n_calls == 1    # the first model call's search
         assert r.usage.input_tokens > 0                                                # and what it cost
+
+
+def test_a_server_that_ignores_tools_is_reported(tmp_path, monkeypatch):
+    "A model whose chat template drops `tools` never calls search_memory: the run says so instead of scoring it silently."
+    import pytest
+    from loopback import Reply
+    from memlab.runner import RunWarning
+    monkeypatch.setenv('OPENAI_API_KEY', 'sk-test'); monkeypatch.setenv('MEMLAB_CACHE', str(tmp_path / 'c.sqlite'))
+    data = {'kind': 'synthetic', 'params': {'n_instances': 1, 'queries_per_instance': 2, 'n_filler': 6, 'seed': 1}}
+    with LoopbackServer('openai', responder=lambda kind, req: Reply(content='Answer: no idea')) as srv:
+        cfg = RunConfig(name='notools', dataset=data, memories=[{'name': 'items', 'k': 12}, {'name': 'bm25', 'k': 12}],
+                        policies=[{'name': 'llm', 'backend': {'name': 'openai', 'model': 'm', 'base_url': srv.url, 'cache': False}}])
+        with pytest.warns(RunWarning, match=r'made no search_memory call in 2 answered rollouts on the iterative memory items\[k=12\]'):
+            run(cfg, load_dataset(data), tmp_path / 'store', progress=False)
