@@ -24,16 +24,18 @@ import memlab.flat, memlab.planar, memlab.graph  # register the flat, planar and
 # Protocol packages (memlab.protocols.*) and third-party plugins register through the `memlab.plugins` entry points.
 
 # %% auto #0
-__all__ = ['SAFE_NAME', 'DATASETS', 'DATASET_OPTIONS', 'ROLLOUT_KEY', 'SCORE_KEY', 'PACKAGES', 'PASS_KEY', 'RunConfig',
-           'default_history', 'validate_config', 'check_dataset_spec', 'spec_name', 'hash_named', 'output_dirs',
-           'StoreError', 'StoreWarning', 'lock_holder', 'writer_lock', 'ResultsStore', 'check_store', 'git_commit',
-           'package_versions', 'dataset_hash', 'file_sha256', 'make_manifest', 'chunking_info', 'check_instances',
-           'load_dataset', 'make_history', 'rollout_id', 'shared_policy', 'run_unit', 'plan_units', 'deferred_signals',
-           'preflight', 'run', 'RunWarning', 'warn_no_tool_calls', 'error_summary', 'estimate', 'build_judge',
-           'judge_passes', 'score', 'results_frame', 'read_hypotheses', 'score_hypotheses']
+__all__ = ['SAFE_NAME', 'TRANSPORT_KEYS', 'DATASETS', 'DATASET_OPTIONS', 'ROLLOUT_KEY', 'SCORE_KEY', 'PACKAGES', 'PASS_KEY',
+           'RunConfig', 'default_history', 'validate_config', 'check_dataset_spec', 'spec_name', 'hash_named',
+           'output_dirs', 'StoreError', 'StoreWarning', 'lock_holder', 'writer_lock', 'ResultsStore', 'check_store',
+           'git_commit', 'package_versions', 'dataset_hash', 'file_sha256', 'make_manifest', 'chunking_info',
+           'check_instances', 'load_dataset', 'make_history', 'rollout_id', 'shared_policy', 'run_unit', 'plan_units',
+           'deferred_signals', 'preflight', 'run', 'RunWarning', 'warn_no_tool_calls', 'error_summary', 'estimate',
+           'build_judge', 'judge_passes', 'score', 'results_frame', 'read_hypotheses', 'score_hypotheses']
 
 # %% ../nbs/07_runner.ipynb #eca9aed1
 SAFE_NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9._-]{0,127}')   # run and section names become folder names
+TRANSPORT_KEYS = frozenset({'timeout', 'max_attempts', 'backoff', 'backoff_max', 'retry_budget_s', 'concurrency', 'cache',   # how calls
+                            'max_consecutive_failures', 'cache_max_reply_bytes', 'transport', 'api_key_env', 'local'})   # travel, not what they ask
 
 class RunConfig(Record):
     "Everything that determines a run's rollouts; its hash is part of every rollout id."
@@ -61,9 +63,12 @@ class RunConfig(Record):
 
     @property
     def config_hash(self) -> str:
-        "Hash of what determines generation (the run name and the judge are excluded)."
+        "Hash of what determines generation (the run name, the judge and backends' transport settings are excluded)."
         ex = {'name', 'judge', 'judge_runs', 'checkpoint_memories'} | ({'history'} if self.history == {'name': 'default'} else set())
-        return stable_hash(self.model_dump(exclude=ex))
+        d = self.model_dump(exclude=ex)
+        d['policies'] = [dict(p, backend={k: v for k, v in p['backend'].items() if k not in TRANSPORT_KEYS})
+                         if isinstance(p.get('backend'), dict) else p for p in d['policies']]   # a longer timeout resumes the same run
+        return stable_hash(d)
 
     @classmethod
     def load(cls, src: 'str|Path|dict|Record') -> 'RunConfig':

@@ -54,3 +54,20 @@ def test_a_server_that_ignores_tools_is_reported(tmp_path, monkeypatch):
                         policies=[{'name': 'llm', 'backend': {'name': 'openai', 'model': 'm', 'base_url': srv.url, 'cache': False}}])
         with pytest.warns(RunWarning, match=r'made no search_memory call in 2 answered rollouts on the iterative memory items\[k=12\]'):
             run(cfg, load_dataset(data), tmp_path / 'store', progress=False)
+
+
+def test_section_notebook_passes_timeout_and_max_tokens(tmp_path):
+    "A CPU server needs a longer timeout and a smaller max_tokens: both are section parameters and reach the requests."
+    import os, subprocess, sys
+    from pathlib import Path
+    nb = Path(__file__).resolve().parents[1] / 'nbs' / 'sections' / 'walkthrough.ipynb'
+    env = {**os.environ, 'OPENAI_API_KEY': 'sk-test', 'MEMLAB_OUT': str(tmp_path / 'out'), 'MEMLAB_PROGRESS': '0',
+           'MEMLAB_CACHE': str(tmp_path / 'c.sqlite')}
+    with LoopbackServer('openai') as srv:
+        r = subprocess.run([sys.executable, '-m', 'papermill', '-k', 'python3', '--cwd', str(nb.parent), str(nb), str(tmp_path / 'o.ipynb'),
+                            '-p', 'backend', 'openai', '-p', 'model', 'loop', '-p', 'base_url', srv.url, '-p', 'max_tokens', '77',
+                            '-p', 'timeout', '5', '-p', 'n_instances', '1', '-p', 'queries_per_instance', '3', '-p', 'n_filler', '4',
+                            '-p', 'n_resamples', '20'], env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        answers = [q for q in srv.requests if q.get('tools') or 'Retrieved memories' in json.dumps(q)]
+    assert answers and all(q['max_tokens'] == 77 for q in answers)

@@ -309,7 +309,7 @@ import ast, difflib, os
 SCALE_PARAMS = dict(   # the scale-ladder section's parameters and defaults, in the order of its parameters cell
     dataset='synthetic', data_path=None, pool_path=None, n_queries=30, pool_size=500, session_turns=6,
     ladder=[0, 100, 200, 300, 400], memories=['bm25', 'items', 'ppr-graph', 'entity-graph'], k=12,
-    tiers=['weak', 'medium', 'strong'], backend='offline', models=['qwen3-8b'], base_url=None, concurrency=8,
+    tiers=['weak', 'medium', 'strong'], backend='offline', models=['qwen3-8b'], base_url=None, concurrency=8, timeout=60.0, max_tokens=512,
     judge_model=None, budgets={'B0': 2, 'B1': 3, 'B2': 5}, alpha=0.7, max_steps=10, n_resamples=1000,
     bootstrap_unit='query', by_type=False, seed=0,
     run_name=None, retry_errors=False, out_root=None)
@@ -396,6 +396,9 @@ def check_params(**params):
     if p['max_steps'] <= max(b.values()):
         _bad("'max_steps'", f'must exceed the largest budget ({max(b.values())}) so that rollouts over it are observed, got {p["max_steps"]!r}')
     _int("'n_resamples'", p['n_resamples'], 1)
+    _int("'max_tokens'", p['max_tokens'], 1)
+    if isinstance(p['timeout'], bool) or not isinstance(p['timeout'], (int, float)) or not p['timeout'] > 0:
+        _bad("'timeout'", f'must be a positive number of seconds, got {p["timeout"]!r}')
     _int("'seed'", p['seed'], 0)
     if not isinstance(p['retry_errors'], (bool, np.bool_)): _bad("'retry_errors'", f"must be True or False, got {p['retry_errors']!r}")
     if not isinstance(p['by_type'], (bool, np.bool_)): _bad("'by_type'", f"must be True or False, got {p['by_type']!r}")
