@@ -132,9 +132,16 @@ def check_dataset_spec(spec: dict, source: str='<config>') -> dict:
         raise RecordError(f"{source}: field 'dataset.limit': expected an integer >= 1, got {lim!r}")
     return spec
 
+def _backend_label(b: dict) -> str:
+    "A backend spec as a short label: the model, and the server's host:port when there is one (never the whole dict)."
+    from urllib.parse import urlsplit
+    host = urlsplit(b['base_url']).netloc if b.get('base_url') else ''
+    return f"{b.get('model')}@{host}" if host else str(b.get('model'))
+
 def spec_name(spec: dict) -> str:
-    "Readable id of a policy or memory spec: its name plus non-default arguments."
-    extra = ','.join(f'{k}={v}' for k, v in sorted(spec.items()) if k != 'name')
+    "Readable id of a policy or memory spec: its name plus non-default arguments (a backend as its model and host)."
+    extra = ','.join(f'model={_backend_label(v)}' if k == 'backend' and isinstance(v, dict) else f'{k}={v}'
+                     for k, v in sorted(spec.items()) if k != 'name')
     return spec['name'] + (f'[{extra}]' if extra else '')
 
 # %% ../nbs/07_runner.ipynb #25078cef

@@ -71,3 +71,7 @@ def test_section_notebook_passes_timeout_and_max_tokens(tmp_path):
         assert r.returncode == 0, r.stderr[-3000:]
         answers = [q for q in srv.requests if q.get('tools') or 'Retrieved memories' in json.dumps(q)]
     assert answers and all(q['max_tokens'] == 77 for q in answers)
+    from memlab.runner import ResultsStore
+    (store,) = (tmp_path / 'out' / 'results' / 'walkthrough' / 'runs').iterdir()
+    names = set(ResultsStore(store).rollouts()['policy'])                # short model labels, not the whole backend dict
+    assert names == {f"llm[model=loop@{srv.url.split('//')[1].split('/')[0]},max_tokens=77]"}, names
