@@ -5,7 +5,7 @@ import sys, time
 from memlab.runner import RunConfig, estimate, load_dataset
 
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 10
-data = {'kind': 'synthetic', 'params': {'n_instances': n, 'queries_per_instance': 20, 'n_filler': 60, 'seed': 0}}
+data = {'kind': 'synthetic', 'params': {'n_instances': n, 'queries_per_instance': 10, 'n_filler': 60, 'seed': 0}}
 mems = [{'name': 'bm25', 'k': 12}, {'name': 'long-context', 'window_tokens': 4000}]
 offline = RunConfig(name='b', dataset=data, policies=[{'name': 'offline-reader', 'tier': 'strong'}], memories=mems)
 model = RunConfig(name='b', dataset=data, memories=mems, judge={'name': 'llm-a3', 'backend': {'name': 'openai', 'model': 'gpt-4o-mini'}},
