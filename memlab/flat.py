@@ -8,7 +8,7 @@ import operator
 from typing import Optional
 import numpy as np
 from .core import Session, Evidence, PosInt, NonNegInt, NonNegFloat, UnitFloat
-from .memory import Memory, MEMORIES, chronological, terms
+from .memory import Memory, MEMORIES, chronological, terms, _ID, _DATE
 import memlab.index as ix
 
 # %% auto #0
@@ -16,7 +16,6 @@ __all__ = ['FlatMemory', 'BM25Memory', 'DenseMemory', 'HybridMemory']
 
 # %% ../nbs/02b_flat.ipynb #d2b90869
 _E2, _N_CHUNKS, _TERMS = operator.itemgetter(2), operator.attrgetter('n_chunks'), operator.attrgetter('terms')
-_ID, _DATE = operator.attrgetter('id'), operator.attrgetter('date')
 
 class FlatMemory(Memory):
     "Base of flat single-pass memories: session chunks from the shared store, the top `k` by score."

@@ -5,6 +5,7 @@
 # %% ../nbs/07_runner.ipynb #91e42ab2
 from __future__ import annotations
 import json, os, platform, re, signal, subprocess, sys, threading, time, uuid, warnings
+from collections import Counter
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
@@ -746,11 +747,10 @@ def estimate(cfg: RunConfig|dict|str, # the run config
     from memlab.judge import A3_SYSTEM_PROMPT, A3_USER_TEMPLATE
     cfg = cfg if isinstance(cfg, RunConfig) else RunConfig.load(cfg)
     proxy = make_policy('offline-reader', tier=proxy_tier); tool_tok = count_tokens(canonical_json(SEARCH_TOOL))
+    simulate = any(isinstance(p.get('backend'), dict) for p in cfg.policies)   # offline policies call no model: nothing to simulate
     n_per_memory = sum(len(i.queries) for i in instances) * len(cfg.conditions)
-    per = {mi: [(0, 0)] * n_per_memory for mi in range(len(cfg.memories))}   # memory index -> (model calls, input tokens) per rollout
-    if any(isinstance(p.get('backend'), dict) for p in cfg.policies):       # offline policies call no model: nothing to simulate
-        per = {}
-    for inst in (instances if not per else []):
+    per = {} if simulate else {mi: [(0, 0)] * n_per_memory for mi in range(len(cfg.memories))}   # memory -> (calls, input tokens) per rollout
+    for inst in (instances if simulate else []):
         for cond in cfg.conditions:
             for mi, mspec in enumerate(cfg.memories):
                 mem = make_memory(**mspec); mem.add_all(history(inst, cond))
@@ -906,8 +906,8 @@ def read_hypotheses(path: str|Path, # JSONL / JSON list of {question_id, hypothe
     for i, (qid, hyp) in enumerate(out):
         if qid not in queries: raise RecordError(f"{path}: record {i} (question_id={qid}): field 'question_id': not a question of the dataset")
         if not isinstance(hyp, str): raise RecordError(f"{path}: record {i} (question_id={qid}): field 'hypothesis': expected a string, got {type(hyp).__name__}")
-    dup = [q for q, n in pd.Series([q for q, _ in out]).value_counts().items() if n > 1]
-    if dup: raise RecordError(f"{path}: question_id {dup[0]!r} is answered {len([q for q, _ in out if q == dup[0]])} times")
+    dup = [(q, n) for q, n in Counter(q for q, _ in out).items() if n > 1]
+    if dup: raise RecordError(f"{path}: question_id {dup[0][0]!r} is answered {dup[0][1]} times")
     return out
 
 def score_hypotheses(pairs: list[tuple[str, str]], # `read_hypotheses` output

@@ -427,7 +427,7 @@ def test_checkpoint_from_another_process(tmp_path, sh):
     """Checkpoints written by another process (whose term vocabulary numbers terms in another order) answer exactly as
     memories built here: TermBlocks are pickled as terms, derived indexes are dropped and rebuilt."""
     code = (f"import memlab.planar, memlab.graph\n"
-            f"from memlab.protocols.mab.data import load_memoryagentbench, make_memory\nfrom memlab.checkpoint import MemoryCheckpoint\n"
+            f"from memlab.protocols.mab.data import load_memoryagentbench\nfrom memlab.memory import make_memory\nfrom memlab.checkpoint import MemoryCheckpoint\n"
             f"rows = load_memoryagentbench({str(JSON)!r}, chunk_size=64)\n"
             f"make_memory('bm25').add_all(rows[0].sessions); make_memory('items').add_all(rows[1].sessions)\n"
             f"for spec in {SPECS!r}:\n"
@@ -447,7 +447,7 @@ def test_checkpoint_from_another_process(tmp_path, sh):
 
 def test_naive_pickle_would_be_wrong(tmp_path, sh):
     "The premise of the custom pickler: a plain pickle of a BM25 memory is wrong in a process with another vocabulary."
-    code = (f"import pickle\nfrom memlab.protocols.mab.data import load_memoryagentbench, make_memory\n"
+    code = (f"import pickle\nfrom memlab.protocols.mab.data import load_memoryagentbench\nfrom memlab.memory import make_memory\n"
             f"rows = load_memoryagentbench({str(JSON)!r}, chunk_size=64)\n"
             f"make_memory('bm25').add_all(rows[0].sessions)\n"
             f"m = make_memory('bm25', k=3); m.add_all(rows[7].sessions)\n"

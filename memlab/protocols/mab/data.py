@@ -4,10 +4,9 @@
 
 # %% ../../../nbs/protocols/mab/01_data.ipynb #ddca48e4
 from __future__ import annotations
-import hashlib, importlib.util, io, json, os, pickle, re, statistics, tempfile, threading, time, warnings
+import hashlib, importlib.util, json, os, re, statistics, tempfile, threading
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
@@ -15,7 +14,6 @@ import pandas as pd
 import memlab
 from ...core import Turn, Session, Query, Instance, RecordError, read_json_records, stable_hash, check_regular_file, max_file_bytes, PosInt
 from ...data import LOADERS, INSPECTORS, KNOWN_SHA256, Fields, file_sha256, verify_sha256
-from ...memory import Memory, make_memory
 
 # %% auto #0
 __all__ = ['COMPETENCIES', 'DEFAULT_CHUNK_SIZE', 'AGENT_CHUNK_SIZES', 'SOURCE_FAMILIES', 'CHUNK_SIZES', 'O200K_URL',
