@@ -233,6 +233,8 @@ class Rollout(Record):
     instance_id: str
     query_id: str
     qtype: str = ''
+    question: str = ''                 # the query's text and gold answers, kept for reading samples (`memlab show`);
+    gold: list[str] = Field(default_factory=list)  # never shown to a policy: it sees only `Query.view()`
     policy: str
     policy_label: str                  # e.g. 'offline reader (no LLM)' or the model name
     memory: str

@@ -542,7 +542,8 @@ def run_unit(cfg: dict, # RunConfig as a dict (picklable)
         q, pspec = inst.queries[qi], cfg.policies[pi]
         base = dict(rollout_id=rollout_id(h, inst.id, q.id, pspec, mspec, cond, s), run_id=cfg.name, config_hash=h,
                     section=cfg.section, dataset=cfg.dataset.get('name', cfg.dataset.get('kind', 'unnamed')),
-                    instance_id=inst.id, query_id=q.id, qtype=q.qtype, policy=spec_name(pspec), policy_label='',
+                    instance_id=inst.id, query_id=q.id, qtype=q.qtype, question=q.question, gold=q.answers,
+                    policy=spec_name(pspec), policy_label='',
                     memory=spec_name(mspec), memory_family=mem.family, k=mem.k, condition=cond, sample=s, max_steps=cfg.max_steps,
                     attempt=attempt)
         t = time.perf_counter()
@@ -861,17 +862,21 @@ def score(store: ResultsStore|str|Path, # a store with rollouts
     return aggregate_runs(store.scores())
 
 def results_frame(store: ResultsStore|str|Path, # a scored store
-                  judge: Optional[str]=None, # judge name; default: the only one in the store
+                  judge: 'str|Judge|None'=None, # judge name, or the judge object just used (its model and prompt too); default: the only one
                   judge_model: Optional[str]=None # the judge's model, when a judge was run with several
                  ) -> pd.DataFrame:
-    "One row per rollout (its latest attempt): identifiers, condition columns (`cond_*`), R(τ), answer, error and judged correctness."
+    "One row per rollout (its latest attempt): identifiers, question and gold, condition columns (`cond_*`), R(τ), answer, error and judged correctness."
     store = store if isinstance(store, ResultsStore) else ResultsStore(store)
     ro = store.rollouts(columns=[c for c in Rollout.model_fields if c != 'trajectory'])   # trajectories are the bulk of a store
     cond = pd.json_normalize(ro['condition'].map(json.loads).tolist()).add_prefix('cond_') if len(ro) else pd.DataFrame()
     ro = pd.concat([ro.drop(columns=['trajectory'], errors='ignore').reset_index(drop=True), cond], axis=1)
+    ro['question'] = ro['question'].fillna('') if 'question' in ro else ''   # stores written before these fields: '' and []
+    ro['gold'] = ro['gold'].map(lambda g: json.loads(g) if isinstance(g, str) else []) if 'gold' in ro else [[]] * len(ro)
     sc = store.scores()
     if not len(sc): return ro.assign(correct=pd.NA)
     agg = aggregate_runs(sc)
+    if judge is not None and not isinstance(judge, str):     # a judge object: exactly its pass (a store judged by an earlier prompt too)
+        agg = agg[agg['prompt_hash'] == judge.prompt_hash]; judge, judge_model = judge.name, judge_model or judge.model
     if judge is not None: agg = agg[agg['judge'] == judge]
     if judge_model is not None: agg = agg[agg['judge_model'] == judge_model]
     passes = sorted(set(zip(agg['judge'], agg['judge_model'], agg['prompt_hash'])))

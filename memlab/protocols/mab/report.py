@@ -27,10 +27,11 @@ RAG_CATEGORIES = ('Simple RAG Agent', 'Embedding RAG Agent', 'Structure-Augmente
 
 def mab_results(store, # a scored store (or its path)
                 instances: list[Instance], # the run's instances
+                judge=None, # the judge (object or name) whose verdicts to use; default: the only one in the store
                 **extra # constant columns to add (e.g. chunk_size=512 for an ablation)
                ) -> pd.DataFrame:
     "Scored rollouts with source, task, competency, context length, chunk size, agent and category."
-    df = results_frame(store)
+    df = results_frame(store, judge)
     meta = pd.DataFrame([dict(instance_id=i.id, source=i.meta['source'], task=i.meta['task'], competency=i.meta['competency'],
                               context_tokens=i.meta['context_tokens'], chunk_size=i.meta['chunk_size'], n_chunks=i.meta['n_chunks'])
                          for i in instances])
