@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_agent.ipynb #c8ea4a16
 from __future__ import annotations
-import time
+import asyncio, time
 from dataclasses import dataclass, field
 from typing import Optional, Union
 from .core import QueryView, Step, Trajectory, Usage, Evidence, Registry, OFFLINE_LABEL
@@ -12,7 +12,7 @@ from .memory import Memory
 
 # %% auto #0
 __all__ = ['Action', 'POLICIES', 'Search', 'Answer', 'Policy', 'make_policy', 'PolicyError', 'LoopResult', 'run_loop',
-           'ScriptedPolicy']
+           'arun_loop', 'ScriptedPolicy']
 
 # %% ../nbs/03_agent.ipynb #ae4274a6
 @dataclass
@@ -38,6 +38,11 @@ class Policy:
             can_search: bool, # False in single-pass mode and after the safety cap
             sample: int=0 # index of the rollout among repeated samples of the same cell
            ) -> Action: raise NotImplementedError
+    async def aact(self, view: QueryView, steps: list[Step], can_search: bool, sample: int=0) -> Action:
+        "`act` as a coroutine; policies that call a model override it to await the backend (`is_async`), others run `act` in a thread."
+        return await asyncio.to_thread(self.act, view, steps, can_search, sample=sample)
+    @property
+    def is_async(self) -> bool: return type(self).aact is not Policy.aact   # its own coroutine: the runner runs it on the event loop
     def harness_query(self, view: QueryView) -> str:
         "What the harness sends to a single-pass memory for this policy: the question (seed 001 B.3 varies it by task)."
         return view.question
@@ -70,14 +75,8 @@ def _search(memory, q, by, usage=None):
     t = time.perf_counter(); obs = memory.search(q, memory.k)
     return Step(kind='search', query=q, observation=obs, by=by, usage=usage or Usage(), memory_s=time.perf_counter() - t)
 
-def run_loop(policy: Policy, # the offline reader or an LLM policy
-             memory: Memory, # a memory holding the history
-             view: QueryView, # what the policy sees of the query
-             max_steps: int=10, # safety cap on memory calls; budgets are applied post hoc, not here
-             single_pass: Optional[bool]=None, # default: the memory's interface (`memory.single_pass`)
-             sample: int=0 # repeated-sampling index, passed to the policy (LLM response caches key on it)
-            ) -> LoopResult:
-    "Run one query through the policy loop and return the logged trajectory."
+def _loop(policy: Policy, memory: Memory, view: QueryView, max_steps: int, single_pass: Optional[bool]):
+    "The policy loop as a generator: yields (steps so far, can_search), is sent the policy's action, returns the `LoopResult`."
     if not isinstance(view, QueryView): raise TypeError('run_loop takes a QueryView: policies never see gold answers or ids')
     single_pass = memory.single_pass if single_pass is None else single_pass
     steps, capped, pol_s = [], False, 0.0
@@ -86,13 +85,13 @@ def run_loop(policy: Policy, # the offline reader or an LLM policy
         while True:
             can = (not single_pass) and sum(s.kind == 'search' for s in steps) < max_steps
             capped = capped or (not single_pass and not can)   # the cap was reached: the policy must answer now
-            t = time.perf_counter(); a = policy.act(view, list(steps), can, sample=sample); pol_s += time.perf_counter() - t
+            t = time.perf_counter(); a = yield list(steps), can; pol_s += time.perf_counter() - t
             if isinstance(a, Answer):
                 steps.append(Step(kind='answer', answer=a.text, usage=a.usage)); break
             if not isinstance(a, Search): raise PolicyError(f'{policy.name} returned {a!r}, not Search or Answer')
             if not can:
                 if single_pass: raise PolicyError(f'{policy.name} searched in single-pass mode')
-                t = time.perf_counter(); a = policy.act(view, list(steps), False, sample=sample); pol_s += time.perf_counter() - t
+                t = time.perf_counter(); a = yield list(steps), False; pol_s += time.perf_counter() - t
                 if not isinstance(a, Answer): raise PolicyError(f'{policy.name} kept searching after the safety cap')
                 steps.append(Step(kind='answer', answer=a.text, usage=a.usage)); break
             steps.append(_search(memory, a.query, 'agent', a.usage))
@@ -100,6 +99,35 @@ def run_loop(policy: Policy, # the offline reader or an LLM policy
         e.partial_result = LoopResult(Trajectory(steps=steps), capped, pol_s, sum(s.memory_s for s in steps))
         raise
     return LoopResult(Trajectory(steps=steps), capped, pol_s, sum(s.memory_s for s in steps))
+
+def run_loop(policy: Policy, # the offline reader or an LLM policy
+             memory: Memory, # a memory holding the history
+             view: QueryView, # what the policy sees of the query
+             max_steps: int=10, # safety cap on memory calls; budgets are applied post hoc, not here
+             single_pass: Optional[bool]=None, # default: the memory's interface (`memory.single_pass`)
+             sample: int=0 # repeated-sampling index, passed to the policy (LLM response caches key on it)
+            ) -> LoopResult:
+    "Run one query through the policy loop and return the logged trajectory."
+    loop = _loop(policy, memory, view, max_steps, single_pass)
+    try:
+        req = next(loop)
+        while True:
+            try: a = policy.act(view, *req, sample=sample)
+            except Exception as e: loop.throw(e)      # back into the loop, which attaches what finished and re-raises
+            req = loop.send(a)
+    except StopIteration as s: return s.value
+
+async def arun_loop(policy: Policy, memory: Memory, view: QueryView, max_steps: int=10, single_pass: Optional[bool]=None,
+                    sample: int=0) -> LoopResult:
+    "`run_loop` as a coroutine: the policy's `aact` is awaited, so many loops share one event loop (memory calls run on it)."
+    loop = _loop(policy, memory, view, max_steps, single_pass)
+    try:
+        req = next(loop)
+        while True:
+            try: a = await policy.aact(view, *req, sample=sample)
+            except Exception as e: loop.throw(e)
+            req = loop.send(a)
+    except StopIteration as s: return s.value
 
 # %% ../nbs/03_agent.ipynb #7cadf815
 @POLICIES.register('scripted')

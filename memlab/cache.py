@@ -21,20 +21,37 @@ TRANSPORT_KEYS = frozenset({'timeout', 'max_retries', 'retries', 'concurrency', 
                             'request_timeout'})  # how a request travels: removed from the key (top level and params)
 KEY_VERSION = 1  # hashed into every key; bump it when the key derivation changes
 
+class _NotJSON(TypeError):
+    "A value `_plain` cannot convert; its location is collected on the way out (no path strings on the hot path)."
+    def __init__(self, what: str): super().__init__(what); self.what, self.path = what, []
+
+def _walk(obj: Any, key_form: bool) -> Any:
+    if obj is None or type(obj) is str or type(obj) is int or type(obj) is bool: return obj
+    if isinstance(obj, BaseModel): obj = obj.model_dump(mode='json')
+    if obj is None or isinstance(obj, (str, bool, int)): return obj
+    if isinstance(obj, float): return int(obj) if key_form and obj.is_integer() else obj
+    if isinstance(obj, (list, tuple)):
+        out = []
+        for i, v in enumerate(obj):
+            try: out.append(_walk(v, key_form))
+            except _NotJSON as e: e.path.append(f'[{i}]'); raise
+        return out
+    if isinstance(obj, dict):
+        if (bad := next((k for k in obj if not isinstance(k, str)), None)) is not None: raise _NotJSON(f'key {bad!r} is not a string')
+        out = {}
+        for k, v in obj.items():
+            try: out[k] = _walk(v, key_form)
+            except _NotJSON as e: e.path.append(f'.{k}'); raise
+        return out
+    raise _NotJSON(f'{type(obj).__name__} is not JSON-serializable')
+
 def _plain(obj: Any, # a response, a request or a part of one
            where: str='request', # its location, for the error message
            key_form: bool=False # also turn integral floats into ints (keys only)
           ) -> Any:
     "Plain JSON values of `obj` (records dumped, tuples as lists); TypeError naming the first non-JSON value."
-    if isinstance(obj, BaseModel): obj = obj.model_dump(mode='json')
-    if obj is None or isinstance(obj, (str, bool, int)): return obj
-    if isinstance(obj, float): return int(obj) if key_form and obj.is_integer() else obj
-    if isinstance(obj, (list, tuple)): return [_plain(v, f'{where}[{i}]', key_form) for i, v in enumerate(obj)]
-    if isinstance(obj, dict):
-        if (bad := next((k for k in obj if not isinstance(k, str)), None)) is not None:
-            raise TypeError(f'{where}: key {bad!r} is not a string')
-        return {k: _plain(v, f'{where}.{k}', key_form) for k, v in obj.items()}
-    raise TypeError(f'{where}: {type(obj).__name__} is not JSON-serializable')
+    try: return _walk(obj, key_form)
+    except _NotJSON as e: raise TypeError(f'{where}{"".join(reversed(e.path))}: {e.what}') from None
 
 def key_fields(request: dict) -> dict:
     "The part of `request` that determines the response: all but `TRANSPORT_KEYS`, in plain key form."

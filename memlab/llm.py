@@ -571,12 +571,20 @@ class LLMPolicy(Policy):
         self.label = f'{self.backend.provider}:{self.backend.model}'
         self._name = f'llm-{self.backend.model}'
     def info(self): return dict(super().info(), backend=self.backend.info(), max_tokens=self.max_tokens, temperature=self.temperature)
-    def act(self, view: QueryView, steps: list[Step], can_search: bool, sample: int=0):
-        msgs = build_messages(view, steps)
+    def call(self, view: QueryView, steps: list[Step], can_search: bool, sample: int=0) -> 'dict|Action':
+        "The model call this step needs (`chat` keyword arguments), or an action taken without one."
         single = any(s.by == 'harness' for s in steps)
-        tools = None if single else [SEARCH_TOOL]
-        r, u = self.backend.chat(msgs, tools, None if single else ('auto' if can_search else 'none'), sample=sample,
-                                 max_tokens=self.max_tokens, temperature=self.temperature)
+        return dict(messages=build_messages(view, steps), tools=None if single else [SEARCH_TOOL],
+                    tool_choice=None if single else ('auto' if can_search else 'none'), sample=sample,
+                    max_tokens=self.max_tokens, temperature=self.temperature)
+    def decide(self, view: QueryView, can_search: bool, r: ChatResponse, u: Usage) -> Action:
+        "The action the model's reply `r` (with its usage `u`) asks for."
         if can_search and r.tool_calls and r.tool_calls[0].name == 'search_memory':
             return Search(str(r.tool_calls[0].arguments.get('query') or view.question), u)
         return Answer(parse_answer(r.content), u)
+    def act(self, view: QueryView, steps: list[Step], can_search: bool, sample: int=0):
+        c = self.call(view, steps, can_search, sample)
+        return c if isinstance(c, (Search, Answer)) else self.decide(view, can_search, *self.backend.chat(**c))
+    async def aact(self, view: QueryView, steps: list[Step], can_search: bool, sample: int=0):
+        c = self.call(view, steps, can_search, sample)
+        return c if isinstance(c, (Search, Answer)) else self.decide(view, can_search, *await self.backend.achat(**c))

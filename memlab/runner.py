@@ -18,7 +18,7 @@ from .core import (Record, Registry, Instance, Session, Query, Rollout, Score, s
                          validate_record, RecordError, load_yaml, validate_args, validate_params, check_dates, check_histories, PosInt,
                          load_plugins, project_root, progress_bar)
 from .memory import make_memory, check_parity, MEMORIES, HISTORIES   # HISTORIES: `history(instance, condition)` builders
-from .agent import make_policy, run_loop, POLICIES
+from .agent import make_policy, run_loop, arun_loop, POLICIES
 from .judge import make_judge, judge_many, aggregate_runs
 import memlab.reader, memlab.llm  # register the built-in policies (offline reader, LLM) and backends
 import memlab.flat, memlab.planar, memlab.graph  # register the flat, planar and hierarchical memory interfaces
@@ -26,17 +26,23 @@ import memlab.flat, memlab.planar, memlab.graph  # register the flat, planar and
 
 # %% auto #0
 __all__ = ['SAFE_NAME', 'TRANSPORT_KEYS', 'DATASETS', 'DATASET_OPTIONS', 'ROLLOUT_KEY', 'SCORE_KEY', 'PACKAGES', 'PASS_KEY',
-           'RunConfig', 'default_history', 'validate_config', 'check_dataset_spec', 'spec_name', 'hash_named',
-           'output_dirs', 'StoreError', 'StoreWarning', 'lock_holder', 'writer_lock', 'ResultsStore', 'check_store',
-           'git_commit', 'package_versions', 'dataset_hash', 'file_sha256', 'make_manifest', 'chunking_info',
-           'check_instances', 'load_dataset', 'make_history', 'rollout_id', 'shared_policy', 'run_unit', 'plan_units',
-           'deferred_signals', 'preflight', 'run', 'RunWarning', 'warn_no_tool_calls', 'error_summary', 'estimate',
-           'build_judge', 'judge_passes', 'score', 'results_frame', 'read_hypotheses', 'score_hypotheses']
+           'generation_spec', 'RunConfig', 'default_history', 'validate_config', 'check_dataset_spec', 'spec_name',
+           'hash_named', 'output_dirs', 'StoreError', 'StoreWarning', 'lock_holder', 'writer_lock', 'ResultsStore',
+           'check_store', 'git_commit', 'package_versions', 'dataset_hash', 'file_sha256', 'make_manifest',
+           'chunking_info', 'check_instances', 'load_dataset', 'make_history', 'rollout_id', 'shared_policy',
+           'unit_memory', 'run_unit', 'run_units_async', 'plan_units', 'deferred_signals', 'preflight', 'run',
+           'RunWarning', 'warn_no_tool_calls', 'error_summary', 'estimate', 'build_judge', 'judge_passes', 'score',
+           'results_frame', 'read_hypotheses', 'score_hypotheses']
 
 # %% ../nbs/07_runner.ipynb #eca9aed1
 SAFE_NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9._-]{0,127}')   # run and section names become folder names
 TRANSPORT_KEYS = frozenset({'timeout', 'max_attempts', 'backoff', 'backoff_max', 'retry_budget_s', 'concurrency', 'cache',   # how calls
                             'max_consecutive_failures', 'cache_max_reply_bytes', 'transport', 'api_key_env', 'local'})   # travel, not what they ask
+
+def generation_spec(policy: dict) -> dict:
+    "A policy spec without its backend's transport settings: what the config hash and rollout ids are made of."
+    b = policy.get('backend')
+    return dict(policy, backend={k: v for k, v in b.items() if k not in TRANSPORT_KEYS}) if isinstance(b, dict) else policy
 
 class RunConfig(Record):
     "Everything that determines a run's rollouts; its hash is part of every rollout id."
@@ -67,8 +73,7 @@ class RunConfig(Record):
         "Hash of what determines generation (the run name, the judge and backends' transport settings are excluded)."
         ex = {'name', 'judge', 'judge_runs', 'checkpoint_memories'} | ({'history'} if self.history == {'name': 'default'} else set())
         d = self.model_dump(exclude=ex)
-        d['policies'] = [dict(p, backend={k: v for k, v in p['backend'].items() if k not in TRANSPORT_KEYS})
-                         if isinstance(p.get('backend'), dict) else p for p in d['policies']]   # a longer timeout resumes the same run
+        d['policies'] = [generation_spec(p) for p in d['policies']]   # a longer timeout resumes the same run
         return stable_hash(d)
 
     @classmethod
@@ -508,8 +513,8 @@ def make_history(spec: dict, # a config's `history`: {'name': registered builder
     spec = dict(spec); return HISTORIES.make(spec.pop('name'), instances=instances, **spec)
 
 def rollout_id(cfg_hash: str, instance_id: str, query_id: str, policy: dict, memory: dict, condition: dict, sample: int) -> str:
-    "Deterministic id of one rollout from its cell and config hash."
-    return stable_hash([cfg_hash, instance_id, query_id, policy, memory, condition, sample], n=24)
+    "Deterministic id of one rollout from its cell and config hash (a backend's transport settings left out, as from the hash)."
+    return stable_hash([cfg_hash, instance_id, query_id, generation_spec(policy), memory, condition, sample], n=24)
 
 _POLICY_CACHE: dict = {}
 _POLICY_LOCK = threading.Lock()
@@ -521,6 +526,46 @@ def shared_policy(spec: dict):
         if key not in _POLICY_CACHE: _POLICY_CACHE[key] = make_policy(**spec)
         return _POLICY_CACHE[key]
 
+def unit_memory(inst: Instance, cond: dict, mspec: dict, history: Callable, memory_dir: Optional[str]=None) -> tuple:
+    "(memory holding the unit's history, ingest seconds, loaded from a checkpoint?)."
+    t = time.perf_counter()
+    if memory_dir is None: mem = make_memory(**mspec); mem.add_all(history(inst, cond)); mem.prepare(); loaded = False
+    else:
+        from memlab.checkpoint import MemoryCheckpoint
+        ck = MemoryCheckpoint(memory_dir); mem, status = ck.get_or_build(mspec, history(inst, cond)); loaded = status == 'loaded'
+    return mem, (time.perf_counter() - t if memory_dir is None or loaded else ck.build_s), loaded   # construction only, not the save
+
+class _Rollout:
+    "One rollout of a unit being made: its identifiers, then its record from the loop's result or error."
+    def __init__(self, cfg: RunConfig, h: str, inst: Instance, cond: dict, mspec: dict, mem, ingest: tuple, item: tuple):
+        qi, pi, s, attempt = item
+        self.q, self.pspec, self.mem, self.sample, self.max_steps, self.ingest = inst.queries[qi], cfg.policies[pi], mem, s, cfg.max_steps, ingest
+        self.base = dict(rollout_id=rollout_id(h, inst.id, self.q.id, self.pspec, mspec, cond, s), run_id=cfg.name, config_hash=h,
+                         section=cfg.section, dataset=cfg.dataset.get('name', cfg.dataset.get('kind', 'unnamed')),
+                         instance_id=inst.id, query_id=self.q.id, qtype=self.q.qtype, question=self.q.question, gold=self.q.answers,
+                         policy=spec_name(self.pspec), policy_label='', memory=spec_name(mspec), memory_family=mem.family, k=mem.k,
+                         condition=cond, sample=s, max_steps=cfg.max_steps, attempt=attempt)
+        self.t = time.perf_counter()
+    def policy(self):
+        pol = shared_policy(self.pspec); self.base['policy_label'] = pol.label; return pol
+    def done(self, res) -> Rollout:
+        ingest_s, loaded = self.ingest
+        return Rollout(**self.base, answer=res.answer, trajectory=res.trajectory, n_calls=res.n_calls, capped=res.capped,
+                       usage=res.trajectory.usage, timings=dict(ingest_s=ingest_s, ingest_loaded=float(loaded), policy_s=res.policy_s,
+                                                                memory_s=res.memory_s, total_s=time.perf_counter() - self.t))
+    def failed(self, e: Exception) -> Rollout:
+        "Kept with its cause and the steps (and usage) that finished before it; never scored as wrong."
+        p = getattr(e, 'partial_result', None)
+        done = dict(trajectory=p.trajectory, n_calls=p.n_calls, capped=p.capped, usage=p.trajectory.usage) if p else {}
+        return Rollout(**self.base, error=redact(f'{type(e).__name__}: {e}'), timings=dict(total_s=time.perf_counter() - self.t), **done)
+    def run(self) -> Rollout:
+        try: return self.done(run_loop(self.policy(), self.mem, self.q.view(), max_steps=self.max_steps, sample=self.sample))
+        except Exception as e: return self.failed(e)
+    async def arun(self) -> Rollout:
+        "`run` as a coroutine: the policy's model calls are awaited on the event loop."
+        try: return self.done(await arun_loop(self.policy(), self.mem, self.q.view(), max_steps=self.max_steps, sample=self.sample))
+        except Exception as e: return self.failed(e)
+
 def run_unit(cfg: dict, # RunConfig as a dict (picklable)
              inst: Instance, # the instance
              cond: dict, # the condition
@@ -531,35 +576,50 @@ def run_unit(cfg: dict, # RunConfig as a dict (picklable)
              memory_dir: Optional[str]=None # checkpoint folder: a built memory is saved there and loaded on resume
             ) -> list[Rollout]:
     "Ingest one history into one memory and run the unit's rollouts; errors are stored on their rollouts."
-    cfg = RunConfig.model_validate(cfg); h = cfg.config_hash; out = []
-    t = time.perf_counter()
-    if memory_dir is None: mem = make_memory(**mspec); mem.add_all(history(inst, cond)); mem.prepare(); loaded = False
-    else:
-        from memlab.checkpoint import MemoryCheckpoint
-        ck = MemoryCheckpoint(memory_dir); mem, status = ck.get_or_build(mspec, history(inst, cond)); loaded = status == 'loaded'
-    ingest_s = time.perf_counter() - t if memory_dir is None or loaded else ck.build_s   # construction only, not the save
-    for qi, pi, s, attempt in todo:
-        q, pspec = inst.queries[qi], cfg.policies[pi]
-        base = dict(rollout_id=rollout_id(h, inst.id, q.id, pspec, mspec, cond, s), run_id=cfg.name, config_hash=h,
-                    section=cfg.section, dataset=cfg.dataset.get('name', cfg.dataset.get('kind', 'unnamed')),
-                    instance_id=inst.id, query_id=q.id, qtype=q.qtype, question=q.question, gold=q.answers,
-                    policy=spec_name(pspec), policy_label='',
-                    memory=spec_name(mspec), memory_family=mem.family, k=mem.k, condition=cond, sample=s, max_steps=cfg.max_steps,
-                    attempt=attempt)
-        t = time.perf_counter()
-        try:
-            pol = shared_policy(pspec); base['policy_label'] = pol.label
-            res = run_loop(pol, mem, q.view(), max_steps=cfg.max_steps, sample=s)
-            r = Rollout(**base, answer=res.answer, trajectory=res.trajectory, n_calls=res.n_calls, capped=res.capped,
-                        usage=res.trajectory.usage, timings=dict(ingest_s=ingest_s, ingest_loaded=float(loaded), policy_s=res.policy_s,
-                                                                 memory_s=res.memory_s, total_s=time.perf_counter() - t))
-        except Exception as e:   # kept with its cause and the steps (and usage) that finished before it; never scored as wrong
-            p = getattr(e, 'partial_result', None)
-            done = dict(trajectory=p.trajectory, n_calls=p.n_calls, capped=p.capped, usage=p.trajectory.usage) if p else {}
-            r = Rollout(**base, error=redact(f'{type(e).__name__}: {e}'), timings=dict(total_s=time.perf_counter() - t), **done)
-        out.append(r)
+    cfg = RunConfig.model_validate(cfg); h, out = cfg.config_hash, []
+    mem, *ingest = unit_memory(inst, cond, mspec, history, memory_dir)
+    for item in todo:
+        out.append(r := _Rollout(cfg, h, inst, cond, mspec, mem, ingest, item).run())
         if sink: sink(r)
     return out
+
+def run_units_async(cfg: dict, # RunConfig as a dict
+                    units: list, # `plan_units` output
+                    history: Callable, # sessions for (instance, condition)
+                    sink: Callable, # called in this thread with each rollout as it finishes
+                    memory_dir: Optional[str]=None, # checkpoint folder (as `run_unit`)
+                    window: int=8 # rollouts in flight at most: the backends' concurrency, so no call waits for a slot
+                   ):
+    "Serial runs of model policies: each rollout's loop is a coroutine on the backends' event loop; memories are built here, in order."
+    import asyncio, queue
+    from memlab.llm import background_loop
+    cfg, loop, finished, units_running = RunConfig.model_validate(cfg), background_loop(), queue.Queue(), []
+    h, slots, n_out = cfg.config_hash, None, 0
+    async def unit(rs):                               # a unit's rollouts, `window` rollouts of all units in flight at once
+        nonlocal slots
+        slots = slots or asyncio.Semaphore(window)
+        async def one(r):
+            async with slots: finished.put(await r.arun())
+        await asyncio.gather(*(one(r) for r in rs))
+    def take(block=True):                             # one finished rollout to the sink (here: the one writer's thread)
+        nonlocal n_out
+        while True:
+            try: r = finished.get(timeout=0.5) if block else finished.get_nowait()
+            except queue.Empty:
+                if not block: return False
+                if (bad := next((f for f in units_running if f.done() and f.exception()), None)): raise bad.exception()
+                continue
+            sink(r); n_out -= 1; return True
+    try:
+        for inst, cond, mspec, todo in units:
+            while n_out > 2 * window: take()          # memories are built only as fast as their rollouts finish
+            mem, *ingest = unit_memory(inst, cond, mspec, history, memory_dir)
+            rs = [_Rollout(cfg, h, inst, cond, mspec, mem, ingest, item) for item in todo]
+            units_running.append(asyncio.run_coroutine_threadsafe(unit(rs), loop)); n_out += len(rs)
+        while n_out: take()
+    finally:                                          # interrupted: keep what finished, cancel the rest
+        for f in units_running: f.cancel()
+        while take(block=False): pass
 
 def plan_units(cfg: RunConfig, instances: list[Instance],
                stored: pd.DataFrame, # the store's rollouts (`ResultsStore.rollouts()`)
@@ -616,6 +676,11 @@ def _store_identity(store: ResultsStore, cfg: RunConfig, hist: dict) -> Optional
     other = sorted(set(ro['config_hash']) - {cfg.config_hash}) if len(ro) else []
     if other: raise StoreError(f'{store.root} holds rollouts of another config (hash {", ".join(other)}): use another store')
     return old
+
+def _in_flight(policies: list) -> int:
+    "Rollouts a serial run keeps in flight: the summed concurrency of the policies' distinct backends (at least 1)."
+    bs = {id(b): b for p in policies if (b := getattr(p, 'backend', None)) is not None}
+    return max(1, sum(getattr(b, 'concurrency', 1) for b in bs.values()))
 
 def preflight(policies: list, judge=None):
     "Check every model backend once (key variable set, the server answers a tiny request) before any work; raises LLMError."
@@ -679,7 +744,10 @@ def run(cfg: RunConfig|dict|str, # the run config (or a dict / YAML path)
                     buf.append(r)
                     if len(buf) >= flush_every: flush()
                 try:
-                    for inst, cond, mspec, todo in units: run_unit(cd, inst, cond, mspec, todo, history, sink, mdir)
+                    if any(p.is_async for p in policies):   # model policies: rollouts as coroutines, the backends' concurrency in flight
+                        run_units_async(cd, units, history, sink, mdir, window=_in_flight(policies))
+                    else:
+                        for inst, cond, mspec, todo in units: run_unit(cd, inst, cond, mspec, todo, history, sink, mdir)
                 finally: flush()                            # on Ctrl-C or an error too: finished rollouts are kept
             else:
                 import concurrent.futures as cf

@@ -12,22 +12,12 @@ import json, os, subprocess, sys
 from pathlib import Path
 import pytest
 from loopback import LoopbackServer
-from memlab.memory import MEMORIES
-from memlab.flat import BM25Memory
 from memlab.runner import RunConfig, run, score, results_frame, ResultsStore
 from memlab.synth import make_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 
-class IterativeBM25(BM25Memory):
-    "BM25 exposed as an iterative (agent-controlled) interface, so the LLM decides when to search."
-    family, single_pass = 'planar', False
-
-@pytest.fixture(autouse=True)
-def iterative_memory():
-    MEMORIES.register('bm25-iterative-test')(IterativeBM25)
-    yield
-    MEMORIES.pop('bm25-iterative-test')       # keep the global registry as the library defines it
+pytestmark = pytest.mark.usefixtures('iterative_bm25')   # 'bm25-iterative-test' (conftest)
 
 def grid(kind, url, tmp, name, fault_cache=None, **backend):
     spec = {'name': kind, 'model': 'loop-model', 'base_url': url, 'timeout': 0.5, 'backoff': 0.01, 'backoff_max': 0.2,
@@ -60,13 +50,14 @@ def test_grid_completes_under_faults(kind, transport, tmp_path):
 @pytest.mark.parametrize('transport', ['aiohttp', 'httpx'])
 def test_unrecoverable_calls_become_errors_not_wrong_answers(transport, tmp_path):
     with LoopbackServer('openai', fault_rate=1.0, faults=('500',), max_faults_per_body=10**6) as srv:
-        st = run(grid('openai', srv.url, tmp_path, 'down', max_attempts=2, max_consecutive_failures=5, transport=transport),
-                 BENCH[:1], tmp_path / 'run', progress=False)
-        score(st, BENCH[:1])
+        st = run(grid('openai', srv.url, tmp_path, 'down', max_attempts=2, max_consecutive_failures=5, transport=transport, concurrency=2),
+                 BENCH, tmp_path / 'run', progress=False)
+        score(st, BENCH)
         df = results_frame(st)
-        assert df['error'].notna().all() and df['correct'].isna().all()
+        assert len(df) == 24 and df['error'].notna().all() and df['correct'].isna().all()
         assert df['error'].str.contains('InternalServerError|consecutive calls failed').all()
-        assert srv.n_requests <= 5 * 2                           # the failure cap stops further calls
+        # the failure cap stops further calls: at most (cap - 1 + calls in flight) calls of 2 attempts reach the server, not 24 x 2
+        assert srv.n_requests <= (5 - 1 + 2) * 2
         assert (df['n_error'] >= 1).all()                        # counted as errors by the scorer, never as WRONG
 
 def test_second_identical_run_is_served_from_cache(tmp_path):

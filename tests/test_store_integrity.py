@@ -91,7 +91,7 @@ def test_two_concurrent_runs_one_writer(tmp_path, group):
 def test_run_and_resume_with_wait_never_duplicate(tmp_path, group):
     cfg, store = config(tmp_path, n_inst=40), tmp_path / 'store'
     a = group.start('run', cfg, '--store', store, tmp=tmp_path)
-    time.sleep(0.5)
+    wait_for(lambda: (store / 'manifest.json').exists())    # a resume before the run has begun has nothing to resume (exit 2)
     b = group.start('resume', cfg, '--store', store, '--wait', tmp=tmp_path)
     for p in (a, b):
         _, err = p.communicate(timeout=WAIT); assert p.returncode == 0, err

@@ -110,13 +110,13 @@ class MABLLMPolicy(LLMPolicy):
         super().__init__(backend, max_tokens=max_tokens or 0, temperature=temperature)
         self.max_tokens, self._name = max_tokens, f'mab-llm-{self.backend.model}'
     def harness_query(self, view: QueryView) -> str: return retrieval_query(view.task, view.question)
-    def act(self, view: QueryView, steps: list[Step], can_search: bool, sample: int=0):
-        searches = [s for s in steps if s.kind == 'search']
-        if can_search and not searches: return Search(self.harness_query(view))   # agentic: the B.3 query first
-        msgs = [{'role': 'user', 'content': mab_prompt(view, _units(steps))}]
+    def call(self, view: QueryView, steps: list[Step], can_search: bool, sample: int=0):
+        if can_search and not any(s.kind == 'search' for s in steps): return Search(self.harness_query(view))   # agentic: the B.3 query first
         tools = [SEARCH_TOOL] if can_search else None
-        r, u = self.backend.chat(msgs, tools, 'auto' if tools else None, sample=sample, temperature=self.temperature,
-                                 max_tokens=self.max_tokens or max_output_tokens(view.task))
+        return dict(messages=[{'role': 'user', 'content': mab_prompt(view, _units(steps))}], tools=tools,
+                    tool_choice='auto' if tools else None, sample=sample, temperature=self.temperature,
+                    max_tokens=self.max_tokens or max_output_tokens(view.task))
+    def decide(self, view: QueryView, can_search: bool, r, u):
         if can_search and r.tool_calls and r.tool_calls[0].name == 'search_memory':
             return Search(str(r.tool_calls[0].arguments.get('query') or view.question), u)
         return Answer((r.content or '').strip(), u)
