@@ -15,7 +15,7 @@ setuptools.setup(
     packages=setuptools.find_packages(include=['memlab', 'memlab.*']),
     include_package_data=True, python_requires='>=' + cfg['min_python'],
     install_requires=reqs('requirements'),
-    extras_require={'dev': reqs('dev_requirements'), 'dense': reqs('dense_requirements')},
+    extras_require={k.removesuffix('_requirements'): reqs(k) for k in cfg if k.endswith('_requirements')},  # dev, dense, inspect
     entry_points={'console_scripts': cfg.get('console_scripts', '').split(),
                   'nbdev': [f"{cfg['lib_path']}={cfg['lib_path']}._modidx:d"],
                   'memlab.plugins': cfg.get('plugins', '').split()},

@@ -9,7 +9,7 @@ from inproc import memlab_main
 from loopback import LoopbackServer
 from memlab.runner import ResultsStore
 
-COMMANDS = ['run', 'resume', 'score', 'score-hypotheses', 'check', 'report', 'estimate', 'reproduce', 'data inspect']
+COMMANDS = ['run', 'resume', 'score', 'score-hypotheses', 'check', 'report', 'show', 'export-inspect', 'estimate', 'reproduce', 'data inspect']
 
 def test_version():
     import memlab

@@ -14,7 +14,9 @@ def _norm(pin: str) -> tuple[str, str]:
 def settings_pins() -> dict:
     cfg = ConfigParser(delimiters=['=']); cfg.read(ROOT / 'settings.ini')
     d = cfg['DEFAULT']
-    pins = [p for k in ('requirements', 'dev_requirements', 'dense_requirements') for p in d.get(k, '').split()]
+    keys = [k for k in d if k == 'requirements' or k.endswith('_requirements')]   # core and every extra (dev, dense, inspect, ...)
+    assert {'requirements', 'dev_requirements'} <= set(keys), keys
+    pins = [p for k in keys for p in d.get(k, '').split()]
     out = dict(_norm(p) for p in pins)
     assert len(out) == len(pins), 'a package is pinned twice in settings.ini'
     return out
