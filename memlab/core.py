@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #6ad4d361
 from __future__ import annotations
-import datetime as dt, difflib, hashlib, inspect, json, os, re, stat, types, typing
+import calendar, datetime as dt, difflib, hashlib, inspect, json, os, re, stat, types, typing
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
@@ -14,10 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, crea
 # %% auto #0
 __all__ = ['TOKENIZER', 'PosInt', 'NonNegInt', 'NonNegFloat', 'UnitFloat', 'NonEmptyStr', 'DATE_FORMATS', 'OFFLINE_LABEL',
            'PLUGIN_GROUP', 'MAX_FILE_BYTES', 'canonical_json', 'stable_hash', 'count_tokens', 'RecordError',
-           'parse_date', 'date_key', 'Record', 'Turn', 'Session', 'QueryView', 'Query', 'Instance', 'Evidence', 'Usage',
-           'Step', 'Trajectory', 'Rollout', 'Score', 'Registry', 'load_plugins', 'max_file_bytes', 'check_regular_file',
-           'read_bounded', 'project_root', 'progress_bar', 'validate_record', 'read_json_records', 'load_records',
-           'StrictYAMLLoader', 'load_yaml', 'check_dates', 'check_histories', 'validate_params', 'validate_args']
+           'parse_date', 'date_key', 'dates_in', 'Record', 'Turn', 'Session', 'QueryView', 'Query', 'Instance',
+           'Evidence', 'Usage', 'Step', 'Trajectory', 'Rollout', 'Score', 'Registry', 'load_plugins', 'max_file_bytes',
+           'check_regular_file', 'read_bounded', 'project_root', 'progress_bar', 'validate_record', 'read_json_records',
+           'load_records', 'StrictYAMLLoader', 'load_yaml', 'check_dates', 'check_histories', 'validate_params',
+           'validate_args']
 
 # %% ../nbs/00_core.ipynb #d937a728
 def canonical_json(obj: Any) -> str:
@@ -74,6 +75,23 @@ def date_key(date: Optional[str] # a date string or None
             ) -> dt.datetime:
     "A sort key: the parsed date, or `datetime.min` when undated or unparseable (never raises)."
     return (_parsed(date) if isinstance(date, str) else None) or dt.datetime.min
+
+_MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_name) if m} | {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m}
+_MON = '|'.join(sorted(_MONTHS, key=len, reverse=True))
+_DATE_RES = ((re.compile(r'\b(\d{4})[/-](\d{1,2})[/-](\d{1,2})\b'), lambda m: (m[1], m[2], m[3])),                       # 2023/07/02
+             (re.compile(rf'\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MON})\.?,?\s+(\d{{4}})\b', re.I), lambda m: (m[3], _MONTHS[m[2].lower()], m[1])),  # 2 July 2023
+             (re.compile(rf'\b({_MON})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}})\b', re.I), lambda m: (m[3], _MONTHS[m[1].lower()], m[2])))    # July 2, 2023
+
+def dates_in(text: str # any text
+            ) -> tuple[set, str]:
+    "The calendar dates written in `text` (2023/07/02, 2023-07-02, 2 July 2023, July 2nd, 2023) and the text without them."
+    found, rest = set(), str(text)
+    for rx, ymd in _DATE_RES:
+        for m in rx.finditer(rest):
+            try: found.add(dt.date(*map(int, ymd(m))))
+            except ValueError: continue
+        rest = rx.sub(' ', rest)
+    return found, rest
 
 # %% ../nbs/00_core.ipynb #3dbfe3c6
 def _is_nested(annotation) -> bool:

@@ -4,13 +4,13 @@
 
 # %% ../nbs/05_judge.ipynb #2d132087
 from __future__ import annotations
-import calendar, contextvars, datetime as dt, json, math, re, string
+import calendar, contextvars, datetime as dt, html, json, math, re, string
 import regex
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Literal, Optional, Sequence
 import pandas as pd
-from .core import Query, Rollout, Score, Registry, stable_hash
+from .core import Query, Rollout, Score, Registry, stable_hash, dates_in
 
 # %% auto #0
 __all__ = ['METRICS', 'LOCOMO_CATEGORIES', 'LOCOMO_ABSTAIN', 'OFFLINE_JUDGE_LABEL', 'JUDGES', 'JUDGE_RUN', 'ABSTENTION_PHRASES',
@@ -20,11 +20,11 @@ __all__ = ['METRICS', 'LOCOMO_CATEGORIES', 'LOCOMO_ABSTAIN', 'OFFLINE_JUDGE_LABE
            'RETRIEVAL_KS', 'normalize_mab', 'normalize_locomo', 'register_metric', 'get_metric', 'flatten_golds',
            'exact_match', 'substring_exact_match', 'token_f1', 'locomo_f1', 'locomo_multihop_f1', 'locomo_score',
            'rouge_l_f1', 'recall_all', 'all_recalled', 'register_judge', 'make_judge', 'gold_text', 'Judge',
-           'is_abstention', 'rejects_premise', 'dates_in', 'matched_gold', 'OfflineJudge', 'LoCoMoJudge',
-           'locomo_metrics', 'fill_template', 'parse_label_json', 'LLMJudge', 'parse_memos_locomo', 'parse_memos_lme',
-           'MemOSLoCoMoJudge', 'MemOSLMEJudge', 'lme_template', 'parse_yes_no', 'LongMemEvalJudge',
-           'longmemeval_metrics', 'judge_many', 'scores_frame', 'aggregate_runs', 'judge_summary', 'retrieved_sessions',
-           'retrieval_scores', 'retrieval_table']
+           'is_abstention', 'rejects_premise', 'matched_gold', 'OfflineJudge', 'LoCoMoJudge', 'locomo_metrics',
+           'fill_template', 'parse_label_json', 'LLMJudge', 'parse_memos_locomo', 'parse_memos_lme', 'MemOSLoCoMoJudge',
+           'MemOSLMEJudge', 'lme_template', 'parse_yes_no', 'LongMemEvalJudge', 'longmemeval_metrics', 'judge_many',
+           'scores_frame', 'aggregate_runs', 'judge_summary', 'retrieved_sessions', 'retrieval_scores',
+           'retrieval_table']
 
 # %% ../nbs/05_judge.ipynb #f5210f38
 _PUNCT = set(string.punctuation)
@@ -275,22 +275,6 @@ def rejects_premise(answer: Optional[str]) -> bool:
     "True if the answer rejects a question's premise (matches one of `PREMISE_REJECTIONS`)."
     return answer is not None and any(re.search(p, _plain(answer)) for p in PREMISE_REJECTIONS)
 
-_MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_name) if m} | {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m}
-_MON = '|'.join(sorted(_MONTHS, key=len, reverse=True))
-_DATE_RES = ((re.compile(r'\b(\d{4})[/-](\d{1,2})[/-](\d{1,2})\b'), lambda m: (m[1], m[2], m[3])),                       # 2023/07/02
-             (re.compile(rf'\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MON})\.?,?\s+(\d{{4}})\b', re.I), lambda m: (m[3], _MONTHS[m[2].lower()], m[1])),  # 2 July 2023
-             (re.compile(rf'\b({_MON})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}})\b', re.I), lambda m: (m[3], _MONTHS[m[1].lower()], m[2])))    # July 2, 2023
-
-def dates_in(text: str # any text
-            ) -> tuple[set, str]:
-    "The calendar dates written in `text` (2023/07/02, 2023-07-02, 2 July 2023, July 2nd, 2023) and the text without them."
-    found, rest = set(), str(text)
-    for rx, ymd in _DATE_RES:
-        for m in rx.finditer(rest):
-            try: found.add(dt.date(*map(int, ymd(m))))
-            except ValueError: continue
-        rest = rx.sub(' ', rest)
-    return found, rest
 
 _DATE_FILLER = {'', 'on', 'in', 'at', 'it was', 'date', 'around'}
 
@@ -412,8 +396,9 @@ def _strip_fences(s: str) -> str:
     return m[1] if m else s
 
 def parse_label_json(reply: Optional[str]) -> str:
-    "The label of a JSON judge reply: 'CORRECT', 'WRONG' or 'unparsed' (tolerates fences and prose)."
+    "The label of a JSON judge reply: 'CORRECT', 'WRONG' or 'unparsed' (tolerates fences, prose and HTML-escaped quotes)."
     if not isinstance(reply, str): return 'unparsed'
+    reply = html.unescape(reply)    # llama-cpp-python's chatml-function-calling template HTML-escapes prompts; small models echo &#34;
     labels = []
     for m in _LABEL_RE.finditer(reply):
         try: labels.append(str(json.loads(m[0])['label']))

@@ -8,7 +8,7 @@ import math, re, datetime as dt
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal, Optional
-from .core import QueryView, Step, Evidence, OFFLINE_LABEL, RecordError, parse_date, date_key
+from .core import QueryView, Step, Evidence, OFFLINE_LABEL, RecordError, parse_date, date_key, dates_in
 from .memory import terms, STOPWORDS
 from .agent import Policy, POLICIES, Search, Answer
 
@@ -53,20 +53,23 @@ class QuestionInfo:
     atype: str           # 'date' | 'number' | 'span'
     premise: list[str]   # entities the question presupposes (capitalized words, numbers)
     keywords: str        # the question's content words, for reformulation
+    dates: frozenset = frozenset()   # calendar days the question names, in any spelling (2023/07/02 = 2 July 2023)
 
 @lru_cache(maxsize=4096)
 def read_question(question: str) -> QuestionInfo:
-    "Answer type, required terms and presupposed entities of a question."
+    "Answer type, required terms, presupposed entities and named days of a question."
     words = re.findall(r"[A-Za-z0-9']+", question)
     low = [w.lower() for w in words]
     atype = ('date' if low[:1] == ['when'] or question.lower().startswith('what date') else
              'number' if re.search(r'\bhow (many|much|long)\b', question.lower()) else 'span')
-    premise = [w for i, w in enumerate(words) if i > 0 and w != 'I' and (w[0].isupper() or w.isdigit())]
+    days, undated = dates_in(question)                    # a named day is matched by date, not by its words
+    date_words = set(words) - set(re.findall(r"[A-Za-z0-9']+", undated))
+    premise = [w for i, w in enumerate(words) if i > 0 and w != 'I' and (w[0].isupper() or w.isdigit()) and w not in date_words]
     skip = set(TYPE_NOUNS) | set(terms(' '.join(premise)))
     if len(low) > 1 and low[0] in _WH and low[1] not in STOPWORDS: skip |= set(terms(low[1]))
-    content = [t for t in dict.fromkeys(terms(question)) if t not in skip]
+    content = [t for t in dict.fromkeys(terms(undated)) if t not in skip]
     kw = ' '.join(w for w in words if w.lower() not in STOPWORDS and w.lower() not in ('what', 'which', 'when', 'how'))
-    return QuestionInfo(content, atype, premise, kw)
+    return QuestionInfo(content, atype, premise, kw, frozenset(days))
 
 # %% ../nbs/04_reader.ipynb #87915e38
 @dataclass
@@ -108,7 +111,8 @@ def first_person(s: Sentence) -> bool:
     return s.role == 'user' and bool(_FIRST.search(s.text))
 
 def day_of(date: Optional[str], text: str) -> Optional[str]:
-    "The day a dated statement refers to (today / yesterday relative to its session date)."
+    "The day a dated statement refers to: a date it names (any spelling), else today / yesterday relative to its session date."
+    if (named := dates_in(text)[0]): return min(named).strftime('%Y/%m/%d')
     if not date: return None
     try: d = parse_date(date)                              # any known format (LongMemEval, LoCoMo, ISO 8601)
     except RecordError: d = dt.datetime.strptime(date[:10], '%Y/%m/%d')
@@ -160,6 +164,9 @@ def believe(qi: QuestionInfo, # the question's reading
         c = cov(s)
         if tier.first_person and not first_person(s): c *= 0.6
         if c > 0: scored.append((c, s))
+    if qi.dates:                                          # a question about a named day reads what was said on (or of) that day
+        on_day = [(c, s) for c, s in scored if (d := day_of(s.date, s.text)) and dt.datetime.strptime(d, '%Y/%m/%d').date() in qi.dates]
+        scored = on_day or scored
     if not scored: return Belief(None, 0.0, list(qi.content))
     top = max(c for c, _ in scored)
     near = [(c, s) for c, s in scored if c >= top - 0.05]

@@ -32,7 +32,8 @@ def serve(conn, latency):
     from loopback import LoopbackServer
     with LoopbackServer('openai', responder=three_calls, latency=latency) as srv:
         conn.send(srv.url)
-        while conn.recv() == 'count': conn.send((srv.n_requests, cpu()))
+        while (m := conn.recv()) in ('count', 'bodies'):
+            conn.send((srv.n_requests, cpu()) if m == 'count' else [r for r in srv.requests if r])
 
 
 def cpu(): r = resource.getrusage(resource.RUSAGE_SELF); return r.ru_utime + r.ru_stime
@@ -78,6 +79,17 @@ def main():
             print(f'serial run (coroutines on the loop): {n} rollouts x 3 model calls, concurrency {a.concurrency}, latency '
                   f'{a.latency * 1000:.0f} ms: {w:.2f} s vs ideal {ideal:.2f} s = {w / ideal:.2f}x (target <= 1.25x); client CPU {c:.2f} s; '
                   f'HTTP requests {nreq}; server CPU {timed.server_cpu:.2f} s; median latency per call as recorded {lat * 1000:.0f} ms')
+            parent.send('bodies'); bodies = parent.recv()[-n * 3:]
+            from memlab.llm import OpenAIBackend
+            b = OpenAIBackend('bench', base_url=url, concurrency=a.concurrency, timeout=30, cache=False)
+            b.chat_many([dict(messages=[{'role': 'user', 'content': 'warm up'}])])
+            calls = [dict(messages=r['messages'], tools=r.get('tools'), tool_choice=r.get('tool_choice'),
+                          max_tokens=r.get('max_tokens'), temperature=r.get('temperature')) for r in bodies]
+            c0, t = cpu(), time.perf_counter(); out = b.chat_many(calls); wb, cb = time.perf_counter() - t, cpu() - c0
+            assert all(isinstance(o, tuple) for o in out)
+            print(f'the same {len(calls)} requests as independent chat_many calls (no loop, no memory, no store, no cache): '
+                  f'{wb:.2f} s = {wb / ideal:.2f}x of the ideal; client CPU {cb:.2f} s ({cb / len(calls) * 1000:.2f} ms per call; '
+                  f'the run: {c / (3 * n) * 1000:.2f} ms per call)')
             w2, _, nreq2, st2 = timed('loops', cache, 'a')
             print(f'resume of the finished store: {w2:.2f} s, HTTP requests {nreq2}, rollouts {len(st2.rollouts())} (unchanged)')
             w3, _, nreq3, st3 = timed('loops', cache, 'b')

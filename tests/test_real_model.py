@@ -1,0 +1,152 @@
+"""memlab against a real OpenAI-compatible server with a real (tiny) model: `make test-real-model` (skipped otherwise).
+
+llama-cpp-python's server with `--chat_format chatml-function-calling`, serving SmolLM2-135M-Instruct (tests/real_server.py).
+A few rollouts of each section notebook with backend=openai, and the CLI: tool calls reach the server and come back,
+the judge runs, a re-run is served from the response cache (0 requests in the server's own access log), a server
+killed mid-run leaves errors that `memlab resume --retry-errors` finishes, and the API key appears nowhere.
+The model is tiny: answers are mostly wrong and some tool calls malformed; these tests check the harness, not the model.
+"""
+import json, os, subprocess, sys, time
+from pathlib import Path
+import pytest
+import yaml
+from real_server import RealServer, configured, ALIAS
+from memlab.runner import ResultsStore, results_frame
+
+pytestmark = pytest.mark.skipif(configured() is not None, reason=str(configured()))
+
+ROOT = Path(__file__).resolve().parents[1]
+MEMLAB = str(Path(sys.executable).parent / 'memlab')
+SECRET = 'sk-memlab-real-model-4f1c9e2a7b'
+TIMEOUT, MAX_TOKENS = 300.0, 48          # a CPU server: about 4 s per call of a few hundred prompt tokens
+
+
+@pytest.fixture(scope='module')
+def work(tmp_path_factory):
+    return tmp_path_factory.mktemp('real')
+
+
+@pytest.fixture(scope='module')
+def server(work):
+    with RealServer(work / 'server.log') as srv: yield srv
+
+
+def env(work) -> dict:
+    return os.environ | {'OPENAI_API_KEY': SECRET, 'MEMLAB_CACHE': str(work / 'cache.sqlite'), 'MEMLAB_PROGRESS': '0'}
+
+
+def papermill(work, name, **params) -> Path:
+    out, pf = work / f'{name}.ipynb', work / f'{name}.params.yaml'
+    pf.write_text(yaml.safe_dump(params))
+    r = subprocess.run([sys.executable, '-m', 'papermill', '-k', 'python3', '--cwd', str(ROOT / 'nbs' / 'sections'),
+                        str(ROOT / 'nbs' / 'sections' / f'{name}.ipynb'), str(out), '-f', str(pf), '--log-level', 'WARNING'],
+                       env=env(work), capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return out
+
+
+def stores(root: Path) -> list[Path]:
+    return sorted(p.parent for p in root.rglob('runs/*/manifest.json'))
+
+
+def common(server, work, name):
+    return dict(backend='openai', base_url=server.url, timeout=TIMEOUT, max_tokens=MAX_TOKENS, concurrency=2,
+                out_root=str(work / name), n_resamples=50)
+
+
+def test_walkthrough_with_a_real_model_and_judge(server, work):
+    n0 = server.n_chat()
+    papermill(work, 'walkthrough', **common(server, work, 'wt'), model=ALIAS, judge_model=ALIAS, n_instances=1,
+              queries_per_instance=2, n_filler=2, k=3, window_tokens=600)
+    (st,) = stores(work / 'wt')
+    df = results_frame(st)
+    assert len(df) == 4 and df['error'].isna().all(), df['error'].tolist()
+    assert (df['policy_label'] == f'openai:{ALIAS}').all()
+    sc = ResultsStore(st).scores()
+    assert len(sc) == 4 and set(sc['judge']) == {'llm-a3'} and sc['raw'].notna().all()
+    assert server.n_chat() - n0 >= 8                      # 4 answers and 4 verdicts reached the server
+
+
+def test_tool_calls_round_trip_in_the_scale_ladder(server, work):
+    "`items` is iterative: the model's search_memory calls go back to the server with the assistant turn ('' content)."
+    papermill(work, 'scale_ladder', **common(server, work, 'sl'), models=[ALIAS], n_queries=2, pool_size=20, ladder=[0, 10],
+              memories=['items'], k=3, max_steps=3, budgets={'B0': 1, 'B1': 2})
+    (st,) = stores(work / 'sl')
+    df = results_frame(st)
+    assert len(df) == 4
+    assert not df['error'].fillna('').str.contains('valid string|content').any(), df['error'].tolist()
+    steps = [s for r in ResultsStore(st).rollout_records() for s in r.trajectory.steps]
+    assert any(s.kind == 'search' and s.by == 'agent' for s in steps), 'the model never called search_memory'
+    answered = [r for r in ResultsStore(st).rollout_records() if r.error is None and r.n_calls >= 1]
+    assert answered, 'no rollout answered after a tool call (the second request of a tool-calling loop)'
+
+
+def test_memoryagentbench_with_a_real_model(server, work):
+    papermill(work, 'memoryagentbench', **common(server, work, 'mab'), models=[ALIAS], families=['ruler_qa1'],
+              context_tokens=600, questions_per_context=2, agents=['bm25', 'items'], top_k=2, topk_ablation=[2],
+              chunk_sizes=[512], context_lengths=[600], ablation_families=['ruler_qa1'])
+    runs = stores(work / 'mab')
+    assert runs
+    df = results_frame(runs[0])
+    assert len(df) >= 4 and not df['error'].fillna('').str.contains('valid string').any(), df['error'].tolist()
+
+
+def _config(work, server, name, seed) -> Path:
+    cfg = dict(name=name, section='real', dataset={'kind': 'synthetic', 'params': {'n_instances': 1, 'queries_per_instance': 3,
+                                                                                  'n_filler': 2, 'seed': seed}},
+               policies=[{'name': 'llm', 'max_tokens': MAX_TOKENS, 'backend': {'name': 'openai', 'model': ALIAS, 'base_url': server.url,
+                                                                               'timeout': TIMEOUT, 'concurrency': 2, 'max_attempts': 2,
+                                                                               'retry_budget_s': 10}}],
+               memories=[{'name': 'items', 'k': 3}], max_steps=2, judge={'name': 'offline-match'})
+    p = work / f'{name}.yaml'; p.write_text(yaml.safe_dump(cfg)); return p
+
+
+def memlab(work, *args, timeout=1200):
+    return subprocess.run([MEMLAB, *map(str, args)], env=env(work), capture_output=True, text=True, timeout=timeout)
+
+
+def test_cli_run_cache_and_judge(server, work):
+    cfg = _config(work, server, 'cli', seed=11)
+    r = memlab(work, 'run', cfg, '--store', work / 'cli-a'); assert r.returncode == 0, r.stderr
+    a = results_frame(work / 'cli-a'); assert len(a) == 3
+    n = server.n_chat()
+    r = memlab(work, 'run', cfg, '--store', work / 'cli-b', '--no-preflight'); assert r.returncode == 0, r.stderr
+    assert server.n_chat() == n, 'the re-run asked the server again'     # every call from the response cache
+    r = memlab(work, 'run', cfg, '--store', work / 'cli-c'); assert r.returncode == 0, r.stderr
+    assert server.n_chat() == n + 1                                      # with the preflight: its one probe, nothing else
+    b = results_frame(work / 'cli-b')
+    assert dict(zip(a['rollout_id'], a['answer'])) == dict(zip(b['rollout_id'], b['answer']))
+    r = memlab(work, 'score', work / 'cli-a', '--judge', 'llm-a3', '--judge-model', ALIAS, '--base-url', server.url)
+    assert r.returncode == 0, r.stderr
+    sc = ResultsStore(work / 'cli-a').scores()
+    assert set(sc['judge']) >= {'llm-a3'} and server.n_chat() > n
+    r = memlab(work, 'report', work / 'cli-a', '--judge', 'llm-a3'); assert r.returncode == 0, r.stderr
+
+
+def test_server_killed_mid_run_then_resume_retry_errors(work):
+    srv = RealServer(work / 'server-kill.log').start()
+    try:
+        cfg = _config(work, srv, 'kill', seed=12)
+        p = subprocess.Popen([MEMLAB, 'run', str(cfg), '--store', str(work / 'kill')], env=env(work),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        t = time.monotonic()
+        while srv.n_chat() < 1 and time.monotonic() - t < 600: time.sleep(0.2)
+        srv.kill()                                           # the server dies with requests in flight
+        _, err = p.communicate(timeout=600)
+        df = results_frame(work / 'kill')
+        assert len(df) == 3 and df['error'].notna().any(), (p.returncode, err[-2000:])   # stored as errors, not wrong answers
+        assert df.loc[df['error'].notna(), 'correct'].isna().all() if 'correct' in df else True
+        srv = RealServer(work / 'server-kill.log', port=srv.port).start()
+        r = memlab(work, 'resume', cfg, '--store', work / 'kill', '--retry-errors')
+        assert r.returncode in (0, 1), r.stderr            # 1: errors left above --max-error-rate (the tiny model's own)
+        df = results_frame(work / 'kill')
+        conn = df['error'].fillna('').str.contains('Connection|connect|BackendDown|consecutive')
+        assert not conn.any(), df['error'].tolist()          # every rollout the dead server failed was re-run
+        assert (df['attempt'] >= 1).any()
+    finally: srv.kill()
+
+
+def test_the_key_appears_nowhere(work):
+    "Runs above used OPENAI_API_KEY=SECRET: not in stores, the cache, notebook outputs or logs."
+    hits = [p for p in work.rglob('*') if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert not hits, hits
