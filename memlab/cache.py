@@ -25,24 +25,29 @@ class _NotJSON(TypeError):
     "A value `_plain` cannot convert; its location is collected on the way out (no path strings on the hot path)."
     def __init__(self, what: str): super().__init__(what); self.what, self.path = what, []
 
+_LEAF = (str, int, bool, type(None))   # returned as they are (exact types: a fast path; subclasses go the long way)
+
 def _walk(obj: Any, key_form: bool) -> Any:
-    if obj is None or type(obj) is str or type(obj) is int or type(obj) is bool: return obj
-    if isinstance(obj, BaseModel): obj = obj.model_dump(mode='json')
-    if obj is None or isinstance(obj, (str, bool, int)): return obj
-    if isinstance(obj, float): return int(obj) if key_form and obj.is_integer() else obj
-    if isinstance(obj, (list, tuple)):
-        out = []
-        for i, v in enumerate(obj):
-            try: out.append(_walk(v, key_form))
-            except _NotJSON as e: e.path.append(f'[{i}]'); raise
-        return out
-    if isinstance(obj, dict):
-        if (bad := next((k for k in obj if not isinstance(k, str)), None)) is not None: raise _NotJSON(f'key {bad!r} is not a string')
+    t = type(obj)
+    if t in _LEAF: return obj
+    if t is dict or isinstance(obj, dict):
         out = {}
         for k, v in obj.items():
+            if type(k) is not str and not isinstance(k, str): raise _NotJSON(f'key {k!r} is not a string')
+            if type(v) in _LEAF: out[k] = v; continue
             try: out[k] = _walk(v, key_form)
             except _NotJSON as e: e.path.append(f'.{k}'); raise
         return out
+    if t is list or t is tuple or isinstance(obj, (list, tuple)):
+        out = []
+        for i, v in enumerate(obj):
+            if type(v) in _LEAF: out.append(v); continue
+            try: out.append(_walk(v, key_form))
+            except _NotJSON as e: e.path.append(f'[{i}]'); raise
+        return out
+    if isinstance(obj, BaseModel): return _walk(obj.model_dump(mode='json'), key_form)
+    if isinstance(obj, float): return int(obj) if key_form and obj.is_integer() else obj
+    if isinstance(obj, (str, bool, int)): return obj
     raise _NotJSON(f'{type(obj).__name__} is not JSON-serializable')
 
 def _plain(obj: Any, # a response, a request or a part of one

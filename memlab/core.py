@@ -94,6 +94,11 @@ def dates_in(text: str # any text
     return found, rest
 
 # %% ../nbs/00_core.ipynb #3dbfe3c6
+@lru_cache(maxsize=None)
+def _nested_fields(cls) -> tuple:
+    "Names of a record class's nested fields (computed once per class: `to_row` runs for every stored rollout)."
+    return tuple(n for n, f in cls.model_fields.items() if _is_nested(f.annotation))
+
 def _is_nested(annotation) -> bool:
     "True when a field holds a list, dict or record (stored as a JSON string in flat rows)."
     if isinstance(annotation, str): return any(t in annotation for t in ('list', 'dict', 'Trajectory', 'Usage'))
@@ -111,8 +116,7 @@ class Record(BaseModel):
     @classmethod
     def from_json(cls, s: str): return cls.model_validate_json(s)
     @classmethod
-    def nested_fields(cls) -> list[str]:
-        return [n for n, f in cls.model_fields.items() if _is_nested(f.annotation)]
+    def nested_fields(cls) -> list[str]: return list(_nested_fields(cls))
 
     def to_row(self) -> dict:
         "A flat dict for a parquet row: nested fields become JSON strings."

@@ -5,7 +5,7 @@
 # %% ../nbs/03b_llm.ipynb #a3b2b443
 from __future__ import annotations
 import asyncio, email.utils, errno, importlib, inspect, json, os, random, re, socket, threading, time, urllib.parse, weakref
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 import tenacity
@@ -62,7 +62,9 @@ class ChatResponse:
     output_tokens: int = 0
     model: str = ''
     finish: str = ''
-    def to_dict(self) -> dict: return asdict(self)
+    def to_dict(self) -> dict:   # by hand: `asdict` deep-copies, a cost on every model call
+        return dict(content=self.content, tool_calls=[dict(id=t.id, name=t.name, arguments=t.arguments) for t in self.tool_calls],
+                    input_tokens=self.input_tokens, output_tokens=self.output_tokens, model=self.model, finish=self.finish)
     @classmethod
     def from_dict(cls, d: dict) -> 'ChatResponse':
         return cls(**{**d, 'tool_calls': [ToolCall(**t) for t in d.get('tool_calls', [])]})
@@ -321,7 +323,15 @@ class ChatBackend:
                 self._check_down(); budget.attempt()
                 self.n_http_calls += 1
                 return await self._asend(req)
-        try: r = await tenacity.AsyncRetrying(**policy)(once)
+        try:
+            try: r = await once()                 # the first attempt outside tenacity's machinery (most calls succeed)
+            except BackendDown: raise
+            except Exception as e:                # tenacity takes over, with that failure as its attempt 1
+                first = [e]
+                async def again():
+                    if first: raise first.pop()
+                    return await once()
+                r = await tenacity.AsyncRetrying(**policy)(again)
         except BackendDown: raise
         except Exception as e: raise self._failure(e, budget) from e
         self._outcome(None)
