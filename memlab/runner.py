@@ -545,8 +545,9 @@ class _Rollout:
                          instance_id=inst.id, query_id=self.q.id, qtype=self.q.qtype, question=self.q.question, gold=self.q.answers,
                          policy=spec_name(self.pspec), policy_label='', memory=spec_name(mspec), memory_family=mem.family, k=mem.k,
                          condition=cond, sample=s, max_steps=cfg.max_steps, attempt=attempt)
-        self.t = time.perf_counter()
     def policy(self):
+        "The shared policy object; the rollout's clock starts here (not while it waited for a slot)."
+        self.t = time.perf_counter()
         pol = shared_policy(self.pspec); self.base['policy_label'] = pol.label; return pol
     def done(self, res) -> Rollout:
         ingest_s, loaded = self.ingest

@@ -132,3 +132,11 @@ def test_transport_settings_resume_the_same_rollouts(tmp_path):
         run(config(srv.url, concurrency=2, timeout=120, max_attempts=3), BENCH, tmp_path / 's', progress=False)
         assert srv.n_requests == n0                                 # before: every rollout had a new id and ran again
         assert len(ResultsStore(tmp_path / 's').rollouts(history=True)) == 24
+
+
+def test_a_rollout_is_timed_from_when_it_starts_not_while_it_waits(tmp_path):
+    "Rollouts queued behind `concurrency` slots: `timings.total_s` covers the rollout's own calls, not its wait for a slot."
+    with LoopbackServer('openai', responder=two_searches, latency=0.05) as srv:
+        run(config(srv.url, concurrency=1), BENCH[:1], tmp_path / "t", progress=False)
+    for r in ResultsStore(tmp_path / 't').rollout_records():      # 6 rollouts of 3 calls x 50 ms, one at a time
+        assert r.timings['total_s'] <= r.usage.latency_s + 0.25, (r.timings, r.usage.latency_s)   # before: up to 5 x 150 ms more
