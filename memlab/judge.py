@@ -421,7 +421,7 @@ class LLMJudge(Judge):
                  temperature: float=0.0, # decoding setting sent to the backend
                  max_tokens: Optional[int]=256 # reply limit: a label (and a short reason) needs few tokens; None: no limit
                 ):
-        if not callable(complete): raise TypeError('LLMJudge needs complete=callable(messages) -> str')
+        if not callable(complete): raise TypeError(f'{type(self).__name__} needs complete=callable(messages) -> str')
         self.complete, self.model = complete, model
         self.params = dict(temperature=temperature, **({'max_tokens': max_tokens} if max_tokens else {}))
 
@@ -456,17 +456,9 @@ def parse_memos_lme(reply: Optional[str]) -> str:
     try: return 'CORRECT' if str(json.loads(reply)['label']).strip().lower() == 'correct' else 'WRONG'
     except (ValueError, KeyError, TypeError): return 'unparsed'
 
-class _MemOSJudge(Judge):
-    "A MemOS grader: its system and user prompt verbatim, temperature 0, its own parse; mean and std over runs (`judge_summary`)."
+class _MemOSJudge(LLMJudge):
+    "A MemOS grader, built as the A.3 judge (MemOS's EVAL_MODEL gpt-4o-mini, temperature 0; max_tokens 256 where MemOS sends none)."
     template, slot, parse = '', 'gold_answer', None
-    def __init__(self, complete: Callable[[list[dict]], str], # OpenAI chat messages -> reply text
-                 model: str='gpt-4o-mini', # MemOS's default EVAL_MODEL
-                 temperature: float=0.0, # MemOS's setting
-                 max_tokens: Optional[int]=256 # reply limit (MemOS sends none; a sentence and a label need few tokens)
-                ):
-        if not callable(complete): raise TypeError(f'{type(self).__name__} needs complete=callable(messages) -> str')
-        self.complete, self.model = complete, model
-        self.params = dict(temperature=temperature, **({'max_tokens': max_tokens} if max_tokens else {}))
     def prompt_texts(self): return dict(system=MEMOS_SYSTEM_PROMPT, user=self.template)
     def messages(self, query: Query, answer: str) -> list[dict]:
         "System and user message as the MemOS script sends them."

@@ -14,7 +14,7 @@ from .agent import Policy, POLICIES, Search, Answer
 
 # %% auto #0
 __all__ = ['TierName', 'TIERS', 'ABSTAIN', 'TYPE_NOUNS', 'Tier', 'QuestionInfo', 'read_question', 'Sentence', 'read_units',
-           'first_person', 'day_of', 'candidate', 'Belief', 'weigh', 'believe', 'reformulate', 'OfflineReader']
+           'first_person', 'day', 'day_of', 'candidate', 'Belief', 'weigh', 'believe', 'reformulate', 'OfflineReader']
 
 # %% ../nbs/04_reader.ipynb #bd24533a
 @dataclass(frozen=True)
@@ -110,14 +110,19 @@ def first_person(s: Sentence) -> bool:
     "A user statement about the user (first-person subject or object)."
     return s.role == 'user' and bool(_FIRST.search(s.text))
 
-def day_of(date: Optional[str], text: str) -> Optional[str]:
+def day(date: Optional[str], text: str) -> Optional[dt.date]:
     "The day a dated statement refers to: a date it names (any spelling), else today / yesterday relative to its session date."
-    if (named := dates_in(text)[0]): return min(named).strftime('%Y/%m/%d')
+    if (named := dates_in(text)[0]): return min(named)
     if not date: return None
     try: d = parse_date(date)                              # any known format (LongMemEval, LoCoMo, ISO 8601)
     except RecordError: d = dt.datetime.strptime(date[:10], '%Y/%m/%d')
     if re.search(r'\byesterday\b', text, re.I): d -= dt.timedelta(days=1)
-    return d.strftime('%Y/%m/%d')
+    return d.date()
+
+def day_of(date: Optional[str], text: str) -> Optional[str]:
+    "`day` as the reader writes it: YYYY/MM/DD."
+    d = day(date, text)
+    return None if d is None else d.strftime('%Y/%m/%d')
 
 def candidate(s: Sentence, # the sentence to extract from
               qi: QuestionInfo # the question's reading
@@ -165,7 +170,7 @@ def believe(qi: QuestionInfo, # the question's reading
         if tier.first_person and not first_person(s): c *= 0.6
         if c > 0: scored.append((c, s))
     if qi.dates:                                          # a question about a named day reads what was said on (or of) that day
-        on_day = [(c, s) for c, s in scored if (d := day_of(s.date, s.text)) and dt.datetime.strptime(d, '%Y/%m/%d').date() in qi.dates]
+        on_day = [(c, s) for c, s in scored if day(s.date, s.text) in qi.dates]
         scored = on_day or scored
     if not scored: return Belief(None, 0.0, list(qi.content))
     top = max(c for c, _ in scored)

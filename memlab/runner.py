@@ -32,7 +32,7 @@ __all__ = ['SAFE_NAME', 'TRANSPORT_KEYS', 'DATASETS', 'DATASET_OPTIONS', 'ROLLOU
            'chunking_info', 'check_instances', 'load_dataset', 'make_history', 'rollout_id', 'shared_policy',
            'unit_memory', 'run_unit', 'run_units_async', 'plan_units', 'deferred_signals', 'preflight', 'run',
            'RunWarning', 'warn_no_tool_calls', 'error_summary', 'estimate', 'build_judge', 'judge_passes', 'score',
-           'results_frame', 'read_hypotheses', 'score_hypotheses']
+           'with_question_gold', 'results_frame', 'read_hypotheses', 'score_hypotheses']
 
 # %% ../nbs/07_runner.ipynb #eca9aed1
 SAFE_NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9._-]{0,127}')   # run and section names become folder names
@@ -930,6 +930,13 @@ def score(store: ResultsStore|str|Path, # a store with rollouts
             store.write_manifest(man)
     return aggregate_runs(store.scores())
 
+def with_question_gold(ro: pd.DataFrame # `ResultsStore.rollouts()` rows
+                      ) -> pd.DataFrame:
+    "The rows with `question` as text and `gold` as a list ('' and [] for stores written before these fields)."
+    ro['question'] = ro['question'].fillna('') if 'question' in ro else ''
+    ro['gold'] = ro['gold'].map(lambda g: json.loads(g) if isinstance(g, str) else []) if 'gold' in ro else [[]] * len(ro)
+    return ro
+
 def results_frame(store: ResultsStore|str|Path, # a scored store
                   judge: 'str|Judge|None'=None, # judge name, or the judge object just used (its model and prompt too); default: the only one
                   judge_model: Optional[str]=None # the judge's model, when a judge was run with several
@@ -939,8 +946,7 @@ def results_frame(store: ResultsStore|str|Path, # a scored store
     ro = store.rollouts(columns=[c for c in Rollout.model_fields if c != 'trajectory'])   # trajectories are the bulk of a store
     cond = pd.json_normalize(ro['condition'].map(json.loads).tolist()).add_prefix('cond_') if len(ro) else pd.DataFrame()
     ro = pd.concat([ro.drop(columns=['trajectory'], errors='ignore').reset_index(drop=True), cond], axis=1)
-    ro['question'] = ro['question'].fillna('') if 'question' in ro else ''   # stores written before these fields: '' and []
-    ro['gold'] = ro['gold'].map(lambda g: json.loads(g) if isinstance(g, str) else []) if 'gold' in ro else [[]] * len(ro)
+    ro = with_question_gold(ro)
     sc = store.scores()
     if not len(sc): return ro.assign(correct=pd.NA)
     agg = aggregate_runs(sc)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional
 import pandas as pd
 from .core import Evidence, Rollout, stable_hash
-from .runner import ResultsStore, StoreError, _oserror, _py
+from .runner import ResultsStore, StoreError, _oserror, _py, with_question_gold
 
 # %% auto #0
 __all__ = ['ALL', 'INSPECT_EXTRA', 'evidence_id', 'condition_label', 'system_label', 'rollout_label', 'Samples', 'rollout_text',
@@ -75,12 +75,10 @@ class Samples:
         return {rid: [{k: _py(v) for k, v in d.items()} for d in g.to_dict('records')] for rid, g in sel.groupby('rollout_id')}
 
     def _frame(self, ro: pd.DataFrame) -> pd.DataFrame:
-        f = ro[['rollout_id', 'instance_id', 'query_id', 'qtype', 'sample', 'policy', 'policy_label', 'memory',
-                'answer', 'error', 'n_calls']].copy()
+        f = with_question_gold(ro[['rollout_id', 'instance_id', 'query_id', 'qtype', 'sample', 'policy', 'policy_label', 'memory',
+                                   'answer', 'error', 'n_calls', *(c for c in ('question', 'gold') if c in ro)]].copy())
         f['condition'] = ro['condition'].map(condition_label)
         f['system'] = [system_label(*t) for t in zip(f['policy'], f['memory'], f['condition'])]
-        f['question'] = ro['question'].fillna('') if 'question' in ro else ''       # stores written before these fields
-        f['gold'] = ro['gold'].map(lambda g: json.loads(g) if isinstance(g, str) else []) if 'gold' in ro else [[]] * len(ro)
         f['label'] = [rollout_label([v['label'] for v in self.verdicts.get(r, [])], _py(e)) for r, e in zip(f['rollout_id'], f['error'])]
         f['failed'] = ~f['label'].isin(['CORRECT', 'unjudged'])
         return f.sort_values(_ORDER, kind='stable').reset_index(drop=True)

@@ -135,7 +135,9 @@ def test_server_killed_mid_run_then_resume_retry_errors(work):
         _, err = p.communicate(timeout=600)
         df = results_frame(work / 'kill')
         assert len(df) == 3 and df['error'].notna().any(), (p.returncode, err[-2000:])   # stored as errors, not wrong answers
-        assert df.loc[df['error'].notna(), 'correct'].isna().all() if 'correct' in df else True
+        assert memlab(work, 'score', work / 'kill').returncode == 0
+        sc = ResultsStore(work / 'kill').scores()
+        assert set(sc.loc[sc['rollout_id'].isin(df.loc[df['error'].notna(), 'rollout_id']), 'label']) == {'error'}   # never WRONG
         srv = RealServer(work / 'server-kill.log', port=srv.port).start()
         r = memlab(work, 'resume', cfg, '--store', work / 'kill', '--retry-errors')
         assert r.returncode in (0, 1), r.stderr            # 1: errors left above --max-error-rate (the tiny model's own)
