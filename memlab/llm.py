@@ -4,7 +4,7 @@
 
 # %% ../nbs/03b_llm.ipynb #a3b2b443
 from __future__ import annotations
-import asyncio, email.utils, errno, importlib, inspect, json, os, random, re, socket, threading, time, urllib.parse, weakref
+import asyncio, copy, email.utils, errno, importlib, inspect, json, os, random, re, socket, threading, time, urllib.parse, weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -18,8 +18,8 @@ from .agent import Policy, POLICIES, Search, Answer
 __all__ = ['PRICES', 'LOCAL_PROVIDERS', 'BACKENDS', 'SEARCH_TOOL', 'SYSTEM_PROMPT', 'SINGLE_PASS_PROMPT', 'price_of', 'cost_usd',
            'ToolCall', 'ChatResponse', 'LLMError', 'BackendDown', 'MalformedReply', 'PreflightError', 'retry_after',
            'describe_error', 'background_loop', 'run_async', 'close_async_client', 'project_cache_path', 'ChatBackend',
-           'make_backend', 'OpenAIBackend', 'to_anthropic', 'AnthropicBackend', 'format_evidence', 'question_text',
-           'build_messages', 'parse_answer', 'LLMPolicy']
+           'make_backend', 'OpenAIBackend', 'DirectClient', 'to_anthropic', 'AnthropicBackend', 'format_evidence',
+           'question_text', 'build_messages', 'parse_answer', 'LLMPolicy']
 
 # %% ../nbs/03b_llm.ipynb #9bec5705
 PRICES = {   # model (or model-id prefix): (USD per 1M input tokens, USD per 1M output tokens)
@@ -207,6 +207,9 @@ class ChatBackend:
     "Shared machinery of model backends: cache, retries, failure cap, concurrency, usage."
     provider = ''
     default_key_env = ''
+    TRANSPORTS = {'aiohttp': "the SDK's async client over aiohttp, on the background loop",
+                  'httpx': "the SDK's sync client (one worker thread per call in flight)"}
+    ASYNC_TRANSPORTS = frozenset({'aiohttp', 'direct'})   # awaited on the background loop
     def __init__(self, model: str, # model id as the server knows it
                  base_url: Optional[str]=None, # OpenAI-compatible server URL (vLLM, Ollama, ...); None: the provider's
                  api_key_env: Optional[str]=None, # environment variable holding the key
@@ -221,9 +224,11 @@ class ChatBackend:
                  cache: Any=None, # ResponseCache, a path, None (project default) or False (off)
                  cache_max_reply_bytes: Optional[int]=None, # larger replies are not cached; None: the cache's default (1 MiB)
                  local: Optional[bool]=None, # served locally (cost 0); default: True when base_url is set
-                 transport: str='aiohttp' # 'aiohttp': the SDK's async client on the background loop; 'httpx': its sync client
+                 transport: Optional[str]=None # one of the class's `TRANSPORTS`; None: the first
                 ):
-        if transport not in ('aiohttp', 'httpx'): raise ValueError(f"transport {transport!r}: use 'aiohttp' or 'httpx'")
+        transport = transport or next(iter(self.TRANSPORTS))
+        if transport not in self.TRANSPORTS:
+            raise ValueError(f"transport {transport!r}: use one of {', '.join(map(repr, self.TRANSPORTS))}")
         self.model, self.base_url = model, base_url
         self.api_key_env = api_key_env or self.default_key_env
         register_secret_env(self.api_key_env)          # its value is redacted from every message memlab writes
@@ -410,8 +415,10 @@ class ChatBackend:
     def _make_client(self):
         m = importlib.import_module(self.sdk)
         kw = dict(api_key=self.api_key(), base_url=self.base_url, max_retries=0, timeout=self.timeout)
-        if self.transport == 'httpx': return getattr(m, self.client_class)(**kw)
-        async def make(): return getattr(m, 'Async' + self.client_class)(http_client=m.DefaultAioHttpClient(timeout=self.timeout), **kw)
+        if self.transport not in self.ASYNC_TRANSPORTS: return getattr(m, self.client_class)(**kw)
+        async def make():                             # on the loop: the aiohttp session belongs to it
+            if self.transport == 'direct': return DirectClient(getattr(m, 'Async' + self.client_class)(**kw), self.timeout, self.concurrency)
+            return getattr(m, 'Async' + self.client_class)(http_client=m.DefaultAioHttpClient(timeout=self.timeout), **kw)
         c = run_async(make()); _ASYNC_CLIENTS.add(self)
         self._finalizer = weakref.finalize(self, close_async_client, c, background_loop())  # at GC or exit
         return c
@@ -428,7 +435,7 @@ class ChatBackend:
         return self._parse(self._invoke(self._post(req)), req)
     async def _asend(self, req: dict) -> ChatResponse:
         "One HTTP call awaited on the loop; backends without an async client run `_send` in a worker thread."
-        if self.transport != 'aiohttp' or type(self)._send is not ChatBackend._send: return await asyncio.to_thread(self._send, req)
+        if self.transport not in self.ASYNC_TRANSPORTS or type(self)._send is not ChatBackend._send: return await asyncio.to_thread(self._send, req)
         c = self._client or await asyncio.to_thread(self.client)   # made off the loop: `client()` waits on it
         r = self._post(req)(c)
         return self._parse(await r if inspect.isawaitable(r) else r, req)
@@ -457,6 +464,7 @@ def _json_body(body: bytes) -> dict:
 class OpenAIBackend(ChatBackend):
     "OpenAI chat completions with tool calling; any OpenAI-compatible server through `base_url`."
     provider, default_key_env, sdk, client_class = 'openai', 'OPENAI_API_KEY', 'openai', 'OpenAI'
+    TRANSPORTS = {'direct': "the SDK's URL, headers and exceptions; aiohttp sends the POSTs (`DirectClient`)", **ChatBackend.TRANSPORTS}
     def _post(self, req: dict) -> Callable:
         body = dict(model=req['model'], messages=req['messages'], **req['params'])
         if req['tools']: body.update(tools=req['tools'], tool_choice=req['tool_choice'] or 'auto')
@@ -476,6 +484,58 @@ class OpenAIBackend(ChatBackend):
         u = d.get('usage') or {}
         return ChatResponse(m.get('content'), calls, u.get('prompt_tokens') or 0, u.get('completion_tokens') or 0,
                             d.get('model') or req['model'], ch[0].get('finish_reason') or '')
+
+# %% ../nbs/03b_llm.ipynb #90c1cedf
+class DirectClient:
+    "POSTs over one aiohttp session with the URL and headers an async SDK client builds (once per path), failing with the SDK's exceptions."
+    PER_REQUEST = frozenset({'host', 'content-length', 'connection', 'x-stainless-retry-count', 'x-stainless-read-timeout'})
+    def __init__(self, sdk_client: Any, # an async SDK client (`openai.AsyncOpenAI`): base URL, key, headers, exception classes
+                 timeout: float, # seconds per request (aiohttp's total timeout)
+                 limit: int=100 # open connections at most (at least the SDK's 100)
+                ):
+        self.sdk, self.timeout, self.limit = sdk_client, float(timeout), max(int(limit), 100)
+        self._m = importlib.import_module(type(sdk_client).__module__.split('.')[0])   # 'openai'
+        self._session, self._templates = None, {}
+
+    def template(self, path: str) -> tuple[str, dict, dict]:
+        "(url, headers, proxy settings) of a POST to `path`: as the SDK builds it, minus per-request headers; the environment's proxy."
+        if path not in self._templates:
+            import aiohttp.helpers, yarl
+            opts = importlib.import_module(f'{self._m.__name__}._models').FinalRequestOptions.construct(method='post', url=path, json_data={})
+            r = self.sdk._build_request(opts)
+            try: proxy, auth = aiohttp.helpers.get_env_proxy_for_url(yarl.URL(str(r.url)))   # what trust_env does per request
+            except LookupError: proxy, auth = None, None
+            self._templates[path] = (str(r.url), {k: v for k, v in r.headers.items() if k.lower() not in self.PER_REQUEST},
+                                     dict(proxy=proxy, proxy_auth=auth))
+        return self._templates[path]
+
+    async def post(self, path: str, # relative to the SDK client's base URL
+                   body: dict, # the JSON body, sent as given
+                   cast_to: type=bytes # the reply as bytes (the only form; the SDK's `post` signature)
+                  ) -> bytes:
+        "The body of a 2xx reply; else the SDK's exception (`APIStatusError` subclasses, `APITimeoutError`, `APIConnectionError`)."
+        import aiohttp, httpx
+        url, headers, proxy = self.template(path)
+        if self._session is None:                     # made on the loop that uses it
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=self.limit))
+        try:
+            async with self._session.post(url, data=json.dumps(body).encode(), headers=headers,
+                                          timeout=aiohttp.ClientTimeout(total=self.timeout), **proxy) as r:
+                status, got, content = r.status, r.headers, await r.read()
+        except TimeoutError as e: raise self._m.APITimeoutError(request=httpx.Request('POST', url)) from e
+        except aiohttp.ClientError as e: raise self._m.APIConnectionError(request=httpx.Request('POST', url)) from e
+        if status < 400: return content
+        kept = [(k, v) for k, v in got.items() if k.lower() not in ('content-encoding', 'content-length', 'transfer-encoding')]
+        raise self.sdk._make_status_error_from_response(httpx.Response(status, headers=kept, content=content, request=httpx.Request('POST', url)))
+
+    def with_options(self, timeout: float) -> DirectClient:
+        "This client with another timeout (the same session)."
+        c = copy.copy(self); c.timeout = float(timeout); return c
+
+    async def close(self):
+        "Close the session and the SDK client."
+        if self._session is not None: await self._session.close()
+        await self.sdk.close()
 
 # %% ../nbs/03b_llm.ipynb #dcefbb2b
 def to_anthropic(messages: list, tools: Optional[list]) -> dict:

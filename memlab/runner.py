@@ -30,9 +30,9 @@ __all__ = ['SAFE_NAME', 'TRANSPORT_KEYS', 'DATASETS', 'DATASET_OPTIONS', 'ROLLOU
            'hash_named', 'output_dirs', 'StoreError', 'StoreWarning', 'lock_holder', 'writer_lock', 'ResultsStore',
            'check_store', 'git_commit', 'package_versions', 'dataset_hash', 'file_sha256', 'make_manifest',
            'chunking_info', 'check_instances', 'load_dataset', 'make_history', 'rollout_id', 'shared_policy',
-           'unit_memory', 'run_unit', 'run_units_async', 'plan_units', 'deferred_signals', 'preflight', 'run',
-           'RunWarning', 'warn_no_tool_calls', 'error_summary', 'estimate', 'build_judge', 'judge_passes', 'score',
-           'with_question_gold', 'results_frame', 'read_hypotheses', 'score_hypotheses']
+           'unit_memory', 'run_unit', 'frozen_heap', 'run_units_async', 'plan_units', 'deferred_signals', 'preflight',
+           'run', 'RunWarning', 'warn_no_tool_calls', 'error_summary', 'estimate', 'build_judge', 'judge_passes',
+           'score', 'with_question_gold', 'results_frame', 'read_hypotheses', 'score_hypotheses']
 
 # %% ../nbs/07_runner.ipynb #eca9aed1
 SAFE_NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9._-]{0,127}')   # run and section names become folder names
@@ -584,6 +584,15 @@ def run_unit(cfg: dict, # RunConfig as a dict (picklable)
         if sink: sink(r)
     return out
 
+@contextmanager
+def frozen_heap():
+    "The objects alive now are left out of garbage collections until the block ends (`gc.freeze`); a caller's own freeze is kept."
+    import gc
+    if gc.get_freeze_count(): yield; return       # frozen by the caller: theirs to undo
+    gc.freeze()
+    try: yield
+    finally: gc.unfreeze()
+
 def run_units_async(cfg: dict, # RunConfig as a dict
                     units: list, # `plan_units` output
                     history: Callable, # sessions for (instance, condition)
@@ -611,16 +620,17 @@ def run_units_async(cfg: dict, # RunConfig as a dict
                 if (bad := next((f for f in units_running if f.done() and f.exception()), None)): raise bad.exception()
                 continue
             sink(r); n_out -= 1; return True
-    try:
-        for inst, cond, mspec, todo in units:
-            while n_out > 2 * window: take()          # memories are built only as fast as their rollouts finish
-            mem, *ingest = unit_memory(inst, cond, mspec, history, memory_dir)
-            rs = [_Rollout(cfg, h, inst, cond, mspec, mem, ingest, item) for item in todo]
-            units_running.append(asyncio.run_coroutine_threadsafe(unit(rs), loop)); n_out += len(rs)
-        while n_out: take()
-    finally:                                          # interrupted: keep what finished, cancel the rest
-        for f in units_running: f.cancel()
-        while take(block=False): pass
+    with frozen_heap():
+        try:
+            for inst, cond, mspec, todo in units:
+                while n_out > 2 * window: take()      # memories are built only as fast as their rollouts finish
+                mem, *ingest = unit_memory(inst, cond, mspec, history, memory_dir)
+                rs = [_Rollout(cfg, h, inst, cond, mspec, mem, ingest, item) for item in todo]
+                units_running.append(asyncio.run_coroutine_threadsafe(unit(rs), loop)); n_out += len(rs)
+            while n_out: take()
+        finally:                                      # interrupted: keep what finished, cancel the rest
+            for f in units_running: f.cancel()
+            while take(block=False): pass
 
 def plan_units(cfg: RunConfig, instances: list[Instance],
                stored: pd.DataFrame, # the store's rollouts (`ResultsStore.rollouts()`)

@@ -140,3 +140,17 @@ def test_a_rollout_is_timed_from_when_it_starts_not_while_it_waits(tmp_path):
         run(config(srv.url, concurrency=1), BENCH[:1], tmp_path / "t", progress=False)
     for r in ResultsStore(tmp_path / 't').rollout_records():      # 6 rollouts of 3 calls x 50 ms, one at a time
         assert r.timings['total_s'] <= r.usage.latency_s + 0.25, (r.timings, r.usage.latency_s)   # before: up to 5 x 150 ms more
+
+
+def test_a_run_leaves_the_garbage_collector_as_it_found_it(tmp_path):
+    "A serial model run freezes the heap while it runs (`gc.freeze`), then unfreezes it; a caller's own freeze is left in place."
+    import gc
+    assert gc.get_freeze_count() == 0
+    with LoopbackServer('openai', responder=two_searches) as srv:
+        run(config(srv.url), BENCH[:1], tmp_path / 'a', progress=False)
+        assert gc.get_freeze_count() == 0
+        gc.freeze(); n = gc.get_freeze_count()
+        try:
+            run(config(srv.url), BENCH[:1], tmp_path / 'b', progress=False)
+            assert 0 < gc.get_freeze_count() <= n                     # still frozen (less whatever was freed meanwhile)
+        finally: gc.unfreeze()

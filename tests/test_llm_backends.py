@@ -1,6 +1,7 @@
 """memlab's own backends (not just the SDKs) against loopback servers with injected faults.
 
-- a grid of LLM-policy rollouts completes, over both SDKs and both transports (aiohttp, httpx), with 20% of calls failing (429 + Retry-After, 500, timeouts,
+- a grid of LLM-policy rollouts completes, over both SDKs and each of their transports (openai: direct, aiohttp, httpx; anthropic:
+  aiohttp, httpx), with 20% of calls failing (429 + Retry-After, 500, timeouts,
   truncated JSON): every rollout is either answered and scored, or carries an error with its cause;
   retries are bounded;
 - when a call cannot succeed, the rollout is stored with the error and is never scored as wrong;
@@ -14,6 +15,7 @@ import pytest
 from loopback import LoopbackServer
 from memlab.runner import RunConfig, run, score, results_frame, ResultsStore
 from memlab.synth import make_benchmark
+from memlab.llm import OpenAIBackend, AnthropicBackend
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,8 +30,7 @@ def grid(kind, url, tmp, name, fault_cache=None, **backend):
 
 BENCH = make_benchmark(2, 6, 10, seed=3)
 
-@pytest.mark.parametrize('transport', ['aiohttp', 'httpx'])
-@pytest.mark.parametrize('kind', ['openai', 'anthropic'])
+@pytest.mark.parametrize('kind,transport', [(k, t) for k, c in (('openai', OpenAIBackend), ('anthropic', AnthropicBackend)) for t in c.TRANSPORTS])
 def test_grid_completes_under_faults(kind, transport, tmp_path):
     with LoopbackServer(kind, fault_rate=0.2, retry_after=0.02, hang=1.5, seed=1) as srv:
         url = srv.url if kind == 'openai' else srv.root
@@ -47,7 +48,7 @@ def test_grid_completes_under_faults(kind, transport, tmp_path):
         assert (df['n_calls'] >= 1).all()
         assert df['policy_label'].eq(f'{kind}:loop-model').all()
 
-@pytest.mark.parametrize('transport', ['aiohttp', 'httpx'])
+@pytest.mark.parametrize('transport', list(OpenAIBackend.TRANSPORTS))
 def test_unrecoverable_calls_become_errors_not_wrong_answers(transport, tmp_path):
     with LoopbackServer('openai', fault_rate=1.0, faults=('500',), max_faults_per_body=10**6) as srv:
         st = run(grid('openai', srv.url, tmp_path, 'down', max_attempts=2, max_consecutive_failures=5, transport=transport, concurrency=2),
@@ -97,17 +98,37 @@ def test_walkthrough_with_openai_backend_and_no_key_leak(tmp_path):
     assert not leaks, f'the API key leaked into {leaks}'
     assert list(out.rglob('rollouts/*.parquet')) and cache.exists()   # there was something to search
 
-def test_async_client_is_closed_when_backend_is_dropped(caplog):
+@pytest.mark.parametrize('transport', ['direct', 'aiohttp'])
+def test_async_client_is_closed_when_backend_is_dropped(transport, caplog):
     "The aiohttp session of a dropped backend is closed on the loop, never reported as unclosed."
     import gc, logging
-    from memlab.llm import OpenAIBackend
     with LoopbackServer('openai') as srv, caplog.at_level(logging.ERROR, logger='asyncio'):
-        b = OpenAIBackend('loop-model', base_url=srv.url, cache=False, timeout=5)
+        b = OpenAIBackend('loop-model', base_url=srv.url, cache=False, timeout=5, transport=transport)
         r, _ = b.chat([{'role': 'user', 'content': 'Question: what is my dog called?'}])
-        session = b._client._client._transport.client          # the aiohttp.ClientSession under the SDK client
-        assert r.content is not None and b.transport == 'aiohttp' and not session.closed
+        session = b._client._session if transport == 'direct' else b._client._client._transport.client   # the aiohttp.ClientSession
+        assert r.content is not None and not session.closed
         del b; gc.collect()
         assert session.closed and 'Unclosed' not in caplog.text
+
+def test_direct_transport_sends_what_the_sdk_sends(monkeypatch):
+    "transport='direct' (the default): the same URL, body and headers as the SDK's own request, the key from the environment."
+    monkeypatch.setenv('MEMLAB_TEST_DIRECT_KEY', 'sk-direct-0123456789')
+    monkeypatch.setenv('OPENAI_ORG_ID', 'org-memlab-test')           # read by the SDK: its header must be sent too
+    msgs = [{'role': 'user', 'content': 'Question: what is my dog called? \u00e9t\u00e9'}]
+    sent = {}
+    with LoopbackServer('openai') as srv:
+        for transport in ('direct', 'aiohttp'):
+            b = OpenAIBackend('loop-model', base_url=srv.url, cache=False, api_key_env='MEMLAB_TEST_DIRECT_KEY', transport=transport,
+                              params={'temperature': 0.0, 'max_tokens': 7})
+            b.chat(msgs, tools=[], sample=0)
+            sent[transport] = (srv.requests[-1], srv.headers[-1], srv.log[-1])
+    assert OpenAIBackend('m', base_url='http://x/v1').transport == 'direct'
+    (body_d, head_d, path_d), (body_s, head_s, path_s) = sent['direct'], sent['aiohttp']
+    assert body_d == body_s and path_d == path_s
+    per_request = {'x-stainless-retry-count', 'x-stainless-read-timeout', 'content-length', 'accept-encoding', 'connection', 'host'}
+    same = lambda h: {k: v for k, v in h.items() if k not in per_request}
+    assert same(head_d) == same(head_s), (same(head_d), same(head_s))
+    assert head_d['authorization'] == 'Bearer sk-direct-0123456789' and head_d['openai-organization'] == 'org-memlab-test'
 
 @pytest.mark.parametrize('kind', ['openai', 'anthropic'])
 def test_chat_many_under_faults_in_order_bounded_and_cached(kind, tmp_path):
@@ -123,7 +144,9 @@ def test_chat_many_under_faults_in_order_bounded_and_cached(kind, tmp_path):
         assert sum(srv.n_faults.values()) > 0, 'no fault was injected: the test would prove nothing'
         assert not [r for r in out if isinstance(r, LLMError)]
         assert [r.content for r, _ in out] == [f"echo Question: what is item {i}?" for i in range(40)]   # in order
-        assert 1 < srv.max_in_flight <= 5, srv.max_in_flight          # concurrent, and never past the limit
+        # concurrent, and never past the limit: a request abandoned after its timeout still occupies the server (it does not
+        # cancel it; hang 1.5 s > timeout 0.5 s) while its retry runs, so each injected timeout may add one
+        assert 1 < srv.max_in_flight <= 5 + srv.n_faults.get('timeout', 0), (srv.max_in_flight, srv.n_faults)
         sent = {json.dumps(r['messages'][-1]['content']) for r in srv.requests if r}
         assert len(sent) == 40 and b.n_http_calls == srv.n_requests
         n = srv.n_requests

@@ -3,7 +3,7 @@
 - a 429 with `Retry-After: 3600` fails at once (the wait is beyond the retry budget), saying how long the server
   asked to wait, instead of sleeping 5 x 30 s; a budget bounds a call's retries in time as well as in number;
 - a refused connection (a port with nothing listening) is reported as 'connection refused' with host:port, over
-  both transports, and is retried within the budget;
+  every transport, and is retried within the budget;
 - `ChatBackend.preflight()` passes against a live server with one tiny uncached request, and fails with a
   one-line `PreflightError` (provider, model, base_url, cause) for a refused port, an HTTP 401, a timeout or
   a missing key;
@@ -26,7 +26,7 @@ def failing(status, **kw):
     return LoopbackServer('openai', fault_rate=1.0, faults=(status,), max_faults_per_body=10**6, **kw)
 
 
-@pytest.mark.parametrize('transport', ['aiohttp', 'httpx'])
+@pytest.mark.parametrize('transport', list(OpenAIBackend.TRANSPORTS))
 def test_retry_after_beyond_the_budget_fails_fast(transport):
     with failing('429', retry_after=3600) as srv:
         b = OpenAIBackend('loop-model', base_url=srv.url, cache=False, transport=transport)    # default budget and backoff
@@ -58,7 +58,7 @@ def test_retry_after_within_the_budget_is_honoured():
     assert took >= 0.75, took          # two waits of 0.4 s as the server asked, not backoff_max=0.05
 
 
-@pytest.mark.parametrize('transport', ['aiohttp', 'httpx'])
+@pytest.mark.parametrize('transport', list(OpenAIBackend.TRANSPORTS))
 def test_connection_refused_is_named(transport):
     port = dead_port()
     b = OpenAIBackend('loop-model', base_url=f'http://127.0.0.1:{port}/v1', cache=False, transport=transport,
@@ -68,7 +68,7 @@ def test_connection_refused_is_named(transport):
     assert f'connection refused by 127.0.0.1:{port}' in msg and 'timed out' not in msg.lower(), msg
     assert b.n_http_calls == 2                                              # retried
 
-@pytest.mark.parametrize('transport', ['aiohttp', 'httpx'])
+@pytest.mark.parametrize('transport', list(OpenAIBackend.TRANSPORTS))
 def test_connection_refused_is_retried_within_the_budget(transport):
     port = dead_port()
     b = OpenAIBackend('loop-model', base_url=f'http://127.0.0.1:{port}/v1', cache=False, transport=transport,
@@ -78,8 +78,7 @@ def test_connection_refused_is_retried_within_the_budget(transport):
     assert time.monotonic() - t0 < 3.5 and b.n_http_calls > 2
 
 
-@pytest.mark.parametrize('transport', ['aiohttp', 'httpx'])
-@pytest.mark.parametrize('kind', ['openai', 'anthropic'])
+@pytest.mark.parametrize('kind,transport', [(k, t) for k, c in (('openai', OpenAIBackend), ('anthropic', AnthropicBackend)) for t in c.TRANSPORTS])
 def test_preflight_passes_against_a_live_server(kind, transport, tmp_path):
     with LoopbackServer(kind) as srv:
         b = make_backend(kind, model='loop-model', base_url=srv.url, cache=str(tmp_path / 'c.sqlite'), transport=transport)
@@ -89,7 +88,7 @@ def test_preflight_passes_against_a_live_server(kind, transport, tmp_path):
         assert len(b.cache) == 0                                             # uncached
         b.preflight(); assert srv.n_requests == 2
 
-@pytest.mark.parametrize('transport', ['aiohttp', 'httpx'])
+@pytest.mark.parametrize('transport', list(OpenAIBackend.TRANSPORTS))
 def test_preflight_refused_port(transport):
     from memlab.llm import PreflightError
     port = dead_port(); url = f'http://127.0.0.1:{port}/v1'

@@ -1,6 +1,7 @@
 """Agent loops at the concurrency limit (issue 12, item 4): prints figures (this is not a timed test).
 
     .venv/bin/python tests/benchmarks/bench_agent_loops.py [--rollouts 2000] [--concurrency 64] [--latency 0.1] [--threads]
+        [--no-cache] [--transport direct|aiohttp|httpx]
 
 A grid of LLM-policy rollouts through `memlab.runner.run(...)` in one client process, against a loopback OpenAI
 server (in its own process) that answers every request after `latency` seconds. The fake model calls
@@ -44,6 +45,7 @@ def main():
     ap.add_argument('--concurrency', type=int, default=64); ap.add_argument('--latency', type=float, default=0.1)
     ap.add_argument('--threads', action='store_true', help='also time the thread-pool executor')
     ap.add_argument('--no-cache', action='store_true', help='also time the serial run without the response cache')
+    ap.add_argument('--transport', default=None, help="the OpenAI backend's transport (default: its default, 'direct')")
     a = ap.parse_args()
     from memlab.flat import BM25Memory
     from memlab.memory import MEMORIES
@@ -65,6 +67,7 @@ def main():
         with tempfile.TemporaryDirectory() as d:
             def cfg(name, cache):
                 b = {'name': 'openai', 'model': 'bench', 'base_url': url, 'concurrency': a.concurrency, 'timeout': 30, 'cache': cache}
+                if a.transport: b['transport'] = a.transport
                 return RunConfig(name=name, policies=[{'name': 'llm', 'backend': b}], memories=[{'name': 'bm25-iterative-bench', 'k': 5}])
             def timed(name, cache, store, **kw):
                 n0, c0, s0, t = count(), cpu(), server_cpu(), time.perf_counter()
@@ -76,12 +79,13 @@ def main():
             df = results_frame(st)
             assert len(df) == n and df['error'].isna().all() and (df['n_calls'] == 2).all(), 'rollouts did not complete as scripted'
             lat = df['usage'].map(lambda u: __import__('json').loads(u)['latency_s'] / 3).median()
+            print(f"transport {a.transport or 'direct (default)'}")
             print(f'serial run (coroutines on the loop): {n} rollouts x 3 model calls, concurrency {a.concurrency}, latency '
                   f'{a.latency * 1000:.0f} ms: {w:.2f} s vs ideal {ideal:.2f} s = {w / ideal:.2f}x (target <= 1.25x); client CPU {c:.2f} s; '
                   f'HTTP requests {nreq}; server CPU {timed.server_cpu:.2f} s; median latency per call as recorded {lat * 1000:.0f} ms')
             parent.send('bodies'); bodies = parent.recv()[-n * 3:]
             from memlab.llm import OpenAIBackend
-            b = OpenAIBackend('bench', base_url=url, concurrency=a.concurrency, timeout=30, cache=False)
+            b = OpenAIBackend('bench', base_url=url, concurrency=a.concurrency, timeout=30, cache=False, transport=a.transport)
             b.chat_many([dict(messages=[{'role': 'user', 'content': 'warm up'}])])
             calls = [dict(messages=r['messages'], tools=r.get('tools'), tool_choice=r.get('tool_choice'),
                           max_tokens=r.get('max_tokens'), temperature=r.get('temperature')) for r in bodies]
