@@ -495,19 +495,19 @@ class DirectClient:
                 ):
         self.sdk, self.timeout, self.limit = sdk_client, float(timeout), max(int(limit), 100)
         self._m = importlib.import_module(type(sdk_client).__module__.split('.')[0])   # 'openai'
-        self._session, self._templates = None, {}
+        self._shared = {'session': None, 'templates': {}}   # one session for this client and its `with_options` copies
 
     def template(self, path: str) -> tuple[str, dict, dict]:
         "(url, headers, proxy settings) of a POST to `path`: as the SDK builds it, minus per-request headers; the environment's proxy."
-        if path not in self._templates:
+        if path not in self._shared['templates']:
             import aiohttp.helpers, yarl
             opts = importlib.import_module(f'{self._m.__name__}._models').FinalRequestOptions.construct(method='post', url=path, json_data={})
             r = self.sdk._build_request(opts)
             try: proxy, auth = aiohttp.helpers.get_env_proxy_for_url(yarl.URL(str(r.url)))   # what trust_env does per request
             except LookupError: proxy, auth = None, None
-            self._templates[path] = (str(r.url), {k: v for k, v in r.headers.items() if k.lower() not in self.PER_REQUEST},
+            self._shared['templates'][path] = (str(r.url), {k: v for k, v in r.headers.items() if k.lower() not in self.PER_REQUEST},
                                      dict(proxy=proxy, proxy_auth=auth))
-        return self._templates[path]
+        return self._shared['templates'][path]
 
     async def post(self, path: str, # relative to the SDK client's base URL
                    body: dict, # the JSON body, sent as given
@@ -516,10 +516,11 @@ class DirectClient:
         "The body of a 2xx reply; else the SDK's exception (`APIStatusError` subclasses, `APITimeoutError`, `APIConnectionError`)."
         import aiohttp, httpx
         url, headers, proxy = self.template(path)
-        if self._session is None:                     # made on the loop that uses it
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=self.limit))
+        if self._shared['session'] is None:           # made on the loop that uses it
+            self._shared['session'] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=self.limit))
         try:
-            async with self._session.post(url, data=json.dumps(body).encode(), headers=headers,
+            data = json.dumps(body, ensure_ascii=False, separators=(',', ':'), allow_nan=False).encode()   # the SDK's bytes (openapi_dumps)
+            async with self._shared['session'].post(url, data=data, headers=headers,
                                           timeout=aiohttp.ClientTimeout(total=self.timeout), **proxy) as r:
                 status, got, content = r.status, r.headers, await r.read()
         except TimeoutError as e: raise self._m.APITimeoutError(request=httpx.Request('POST', url)) from e
@@ -534,7 +535,7 @@ class DirectClient:
 
     async def close(self):
         "Close the session and the SDK client."
-        if self._session is not None: await self._session.close()
+        if self._shared['session'] is not None: await self._shared['session'].close()
         await self.sdk.close()
 
 # %% ../nbs/03b_llm.ipynb #dcefbb2b

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Literal, Optional, Sequence
 import numpy as np
 import pandas as pd
 
@@ -247,14 +247,16 @@ def holm(pvalues, # raw p-values
     return out, out <= alpha
 
 # %% ../nbs/06_stats.ipynb #3ba12b64
-def _align(A: pd.DataFrame, B: pd.DataFrame, keys: list, value: str, na: str, nb: str, where: str) -> pd.DataFrame:
-    "Inner-join two systems' rows on `keys`, failing unless the key sets are identical and unique."
+def _align(A: pd.DataFrame, B: pd.DataFrame, keys: list, value: str, na: str, nb: str, where: str, unpaired: str='raise') -> pd.DataFrame:
+    "Inner-join two systems' rows on `keys`, failing unless the key sets are identical and unique (`unpaired='drop'`: keys of one side are dropped, counted in `attrs['unpaired']`)."
     for name, X in ((na, A), (nb, B)):
         if len(X) == 0: raise ValueError(f'{where}system {name!r} has no rows')
         dup = X[keys].duplicated()
         if dup.any(): raise ValueError(f'{where}system {name!r} repeats key {tuple(X[keys][dup].iloc[0])} of {keys}; one row per key is required')
     m = A[keys + [value]].merge(B[keys + [value]], on=keys, how='outer', suffixes=('_a', '_b'), indicator=True)
     ia, ib = m['_merge'] == 'left_only', m['_merge'] == 'right_only'
+    if unpaired == 'drop':
+        m = m[~(ia | ib)]; m.attrs['unpaired'] = int((ia | ib).sum()); return m
     if ia.any() or ib.any():
         ex = tuple(m.loc[ia | ib, keys].iloc[0])
         raise ValueError(f'{where}systems {na!r} and {nb!r} do not align on {keys}: {int(ia.sum())} keys only in {na!r}, '
@@ -267,7 +269,8 @@ def mcnemar_table(df: pd.DataFrame, # one row per (system, key) with a binary ou
                   keys, # column(s) that align the systems' rows, e.g. ['query_id', 'scale']
                   pairs: Optional[Sequence[tuple]]=None, # (system_a, system_b) pairs; None: all pairs of sorted systems
                   by=None, # column(s): test each pair within each cell; Holm spans the whole table
-                  alpha: float=0.05 # family-wise error rate for Holm
+                  alpha: float=0.05, # family-wise error rate for Holm
+                  unpaired: Literal['raise', 'drop']='raise' # a key only one system has (its other rollout errored): an error, or left out and counted
                  ) -> pd.DataFrame:
     "Exact McNemar tests for pairs of systems aligned on `keys`, with Holm-adjusted p-values across the table."
     keys = [keys] if isinstance(keys, str) else list(keys)
@@ -282,12 +285,13 @@ def mcnemar_table(df: pd.DataFrame, # one row per (system, key) with a binary ou
     for bkey, sub in (df.groupby(by, sort=True, dropna=False) if by else [((), df)]):
         where = f'{dict(zip(by, bkey))}: ' if by else ''
         for sa, sb in pairs:
-            m = _align(sub[sub[system] == sa], sub[sub[system] == sb], keys, value, sa, sb, where)
+            m = _align(sub[sub[system] == sa], sub[sub[system] == sb], keys, value, sa, sb, where, unpaired)
             r = mcnemar_exact(m[f'{value}_a'].to_numpy(), m[f'{value}_b'].to_numpy())
             rows.append((*bkey, sa, sb, r.n, r.b, r.c, float(m[f'{value}_a'].mean()), float(m[f'{value}_b'].mean()),
-                         r.statistic, r.pvalue))
-    out = pd.DataFrame(rows, columns=[*by, 'system_a', 'system_b', 'n', 'b', 'c', 'acc_a', 'acc_b', 'statistic', 'p'])
+                         r.statistic, r.pvalue, m.attrs.get('unpaired', 0)))
+    out = pd.DataFrame(rows, columns=[*by, 'system_a', 'system_b', 'n', 'b', 'c', 'acc_a', 'acc_b', 'statistic', 'p', 'unpaired'])
     out['p_holm'], out['reject'] = holm(out['p'].to_numpy(), alpha)
+    if unpaired == 'raise': out = out.drop(columns='unpaired')
     return out
 
 # %% ../nbs/06_stats.ipynb #cf521eb7

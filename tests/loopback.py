@@ -281,6 +281,7 @@ class LoopbackServer:
         self.fault_log: list = []      # (path, fault kind or None) per request
         self.requests: list = []       # parsed JSON body per request (None when not JSON)
         self.headers: list = []        # request headers (dict, lower-case names) per request
+        self.bodies: list = []         # raw request bodies (bytes) per request
         self._server = self._thread = None
 
     # -- lifecycle
@@ -353,7 +354,8 @@ class LoopbackServer:
             h._send(status, json.dumps(obj).encode(), {**hdrs, **extra}, truncate)
         try: req = json.loads(body) if body else None
         except ValueError: req = None
-        with self._lock: self.requests.append(req); self.headers.append({k.lower(): v for k, v in h.headers.items()})
+        with self._lock:
+            self.requests.append(req); self.headers.append({k.lower(): v for k, v in h.headers.items()}); self.bodies.append(body)
         if body is None or path not in ROUTES[self.kind]:
             return send(404, error_body(self.kind, 404, f'Unknown request URL: {h.command} {path}'))
         if not isinstance(req, dict):

@@ -105,7 +105,7 @@ def test_async_client_is_closed_when_backend_is_dropped(transport, caplog):
     with LoopbackServer('openai') as srv, caplog.at_level(logging.ERROR, logger='asyncio'):
         b = OpenAIBackend('loop-model', base_url=srv.url, cache=False, timeout=5, transport=transport)
         r, _ = b.chat([{'role': 'user', 'content': 'Question: what is my dog called?'}])
-        session = b._client._session if transport == 'direct' else b._client._client._transport.client   # the aiohttp.ClientSession
+        session = b._client._shared['session'] if transport == 'direct' else b._client._client._transport.client   # the aiohttp.ClientSession
         assert r.content is not None and not session.closed
         del b; gc.collect()
         assert session.closed and 'Unclosed' not in caplog.text
@@ -121,10 +121,10 @@ def test_direct_transport_sends_what_the_sdk_sends(monkeypatch):
             b = OpenAIBackend('loop-model', base_url=srv.url, cache=False, api_key_env='MEMLAB_TEST_DIRECT_KEY', transport=transport,
                               params={'temperature': 0.0, 'max_tokens': 7})
             b.chat(msgs, tools=[], sample=0)
-            sent[transport] = (srv.requests[-1], srv.headers[-1], srv.log[-1])
+            sent[transport] = (srv.bodies[-1], srv.headers[-1], srv.log[-1])
     assert OpenAIBackend('m', base_url='http://x/v1').transport == 'direct'
     (body_d, head_d, path_d), (body_s, head_s, path_s) = sent['direct'], sent['aiohttp']
-    assert body_d == body_s and path_d == path_s
+    assert body_d == body_s and path_d == path_s            # byte for byte: the same JSON serialization
     per_request = {'x-stainless-retry-count', 'x-stainless-read-timeout', 'content-length', 'accept-encoding', 'connection', 'host'}
     same = lambda h: {k: v for k, v in h.items() if k not in per_request}
     assert same(head_d) == same(head_s), (same(head_d), same(head_s))

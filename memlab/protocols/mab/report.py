@@ -86,7 +86,7 @@ def lc_vs_best_rag(df: pd.DataFrame, # `mab_results` rows with a long-context ag
         if long_context not in set(sub['agent']) or rag.empty: continue
         best = rag.idxmax()
         m = mcnemar_table(sub[sub['agent'].isin([long_context, best])], system='agent', value='correct',
-                          keys=['instance_id', 'query_id', 'sample'], pairs=[(long_context, best)])
+                          keys=['instance_id', 'query_id', 'sample'], pairs=[(long_context, best)], unpaired='drop')
         rows.append(m.assign(reader=pol, competency=comp, best_rag=best))
     if not rows: return pd.DataFrame()
     out = pd.concat(rows, ignore_index=True)
