@@ -4,7 +4,7 @@
 
 # %% ../nbs/02b_flat.ipynb #87af92b3
 from __future__ import annotations
-import operator
+import copy, operator
 from typing import Optional
 import numpy as np
 from .core import Session, Evidence, PosInt, NonNegInt, NonNegFloat, UnitFloat
@@ -26,6 +26,7 @@ class FlatMemory(Memory):
         super().__init__(k=k); self.chunk_tokens = chunk_tokens; self.reset()
     def params(self): return dict(chunk_tokens=self.chunk_tokens)
     def reset(self): self.entries, self._built = [], None
+    def snapshot(self): self.prepare(); c = copy.copy(self); c.entries = list(self.entries); return c   # shares the built index
     def add(self, session: Session): self.add_all([session])
     def add_all(self, sessions) -> None:
         "Ingest sessions in order (checked chronological), their analyses fetched from the shared store in one call."

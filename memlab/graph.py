@@ -4,7 +4,7 @@
 
 # %% ../nbs/02d_graph.ipynb #1660788b
 from __future__ import annotations
-import re, sys
+import copy, re, sys
 from typing import Optional
 import numpy as np
 from scipy import sparse
@@ -173,6 +173,7 @@ class _GraphMemory(Memory):
         super().__init__(k=k); self.chunk_tokens, self.window = chunk_tokens, window; self.reset()
     def params(self): return dict(chunk_tokens=self.chunk_tokens, window=self.window)
     def reset(self): self.chunks, self.prov, self._g = [], [], None
+    def snapshot(self): self.prepare(); c = copy.copy(self); c.chunks, c.prov = list(self.chunks), list(self.prov); return c
     def add(self, session: Session):
         for i, ch in enumerate(extract_session(session, self.chunk_tokens)):
             self.chunks.append(ch); self.prov.append((session.id, session.date, i))

@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_memory.ipynb #19928a2d
 from __future__ import annotations
-import operator, re
+import copy, operator, re
 from functools import lru_cache
 from typing import Literal, Optional
 import numpy as np
@@ -32,6 +32,9 @@ class Memory:
     def add_all(self, sessions) -> None:
         "Ingest sessions in order, checking first that they are chronological."
         for s in chronological(sessions): self.add(s)
+    def snapshot(self) -> Optional[Memory]:
+        "A prepared copy that later `add` calls on this memory leave unchanged (None: not supported, so it is rebuilt instead)."
+        return None
     @property
     def name(self) -> str: return getattr(type(self), 'registered_name', type(self).__name__)
     def params(self) -> dict: return {}
@@ -105,6 +108,7 @@ class LongContextMemory(Memory):
         super().__init__(k=1); self.window_tokens, self.chunk_tokens = window_tokens, chunk_tokens; self.reset()
     def params(self): return dict(window_tokens=self.window_tokens, chunk_tokens=self.chunk_tokens)
     def reset(self): self.chunks, self.n_tokens, self.evicted = [], 0, 0
+    def snapshot(self): c = copy.copy(self); c.chunks = list(self.chunks); return c
     def add(self, session: Session):
         for c in chunk_session(session, self.chunk_tokens):
             self.chunks.append((session.id, session.date, c)); self.n_tokens += count_tokens(c)

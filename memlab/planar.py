@@ -4,7 +4,7 @@
 
 # %% ../nbs/02c_planar.ipynb #d6dbca9f
 from __future__ import annotations
-import importlib.util, inspect, json, os, re
+import copy, importlib.util, inspect, json, os, re
 from pathlib import Path
 from typing import Optional
 from .core import Session, Evidence, PosInt, NonNegFloat, UnitFloat
@@ -50,6 +50,10 @@ class ItemMemory(Memory):
         super().__init__(k=k); self.roles, self.dedup, self.k1, self.b = tuple(roles), dedup, k1, b; self.reset()
     def params(self): return dict(roles=list(self.roles), dedup=self.dedup, k1=self.k1, b=self.b)
     def reset(self): self.items, self.toks, self._seen, self._index = [], [], {}, None
+    def snapshot(self):
+        self.prepare(); c = copy.copy(self)
+        c.items, c.toks, c._seen = [dict(i) for i in self.items], list(self.toks), dict(self._seen)   # `mentions` keeps counting
+        return c
     def add(self, session: Session):
         for role, sent, ts in session_items(session, self.roles):
             key = frozenset(ts)

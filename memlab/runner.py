@@ -17,7 +17,7 @@ import memlab
 from .core import (Record, Registry, Instance, Session, Query, Rollout, Score, stable_hash, canonical_json, count_tokens, TOKENIZER,
                          validate_record, RecordError, load_yaml, validate_args, validate_params, check_dates, check_histories, PosInt,
                          load_plugins, project_root, progress_bar)
-from .memory import make_memory, check_parity, MEMORIES, HISTORIES   # HISTORIES: `history(instance, condition)` builders
+from .memory import Memory, make_memory, chronological, check_parity, MEMORIES, HISTORIES   # HISTORIES: `history(instance, condition)` builders
 from .agent import make_policy, run_loop, arun_loop, POLICIES
 from .judge import make_judge, judge_many, aggregate_runs
 import memlab.reader, memlab.llm  # register the built-in policies (offline reader, LLM) and backends
@@ -25,14 +25,15 @@ import memlab.flat, memlab.planar, memlab.graph  # register the flat, planar and
 # Protocol packages (memlab.protocols.*) and third-party plugins register through the `memlab.plugins` entry points.
 
 # %% auto #0
-__all__ = ['SAFE_NAME', 'TRANSPORT_KEYS', 'DATASETS', 'DATASET_OPTIONS', 'ROLLOUT_KEY', 'SCORE_KEY', 'PACKAGES', 'PASS_KEY',
-           'generation_spec', 'RunConfig', 'default_history', 'validate_config', 'check_dataset_spec', 'spec_name',
-           'hash_named', 'output_dirs', 'StoreError', 'StoreWarning', 'lock_holder', 'writer_lock', 'ResultsStore',
-           'check_store', 'git_commit', 'package_versions', 'dataset_hash', 'file_sha256', 'make_manifest',
-           'chunking_info', 'check_instances', 'load_dataset', 'make_history', 'rollout_id', 'shared_policy',
-           'unit_memory', 'run_unit', 'frozen_heap', 'run_units_async', 'plan_units', 'deferred_signals', 'preflight',
-           'run', 'RunWarning', 'warn_no_tool_calls', 'error_summary', 'estimate', 'build_judge', 'judge_passes',
-           'score', 'with_question_gold', 'results_frame', 'read_hypotheses', 'score_hypotheses']
+__all__ = ['SAFE_NAME', 'TRANSPORT_KEYS', 'DATASETS', 'DATASET_OPTIONS', 'ROLLOUT_KEY', 'SCORE_KEY', 'PACKAGES',
+           'PREFIX_MEMORIES', 'PASS_KEY', 'generation_spec', 'RunConfig', 'default_history', 'validate_config',
+           'check_dataset_spec', 'spec_name', 'hash_named', 'output_dirs', 'StoreError', 'StoreWarning', 'lock_holder',
+           'writer_lock', 'ResultsStore', 'check_store', 'git_commit', 'package_versions', 'dataset_hash',
+           'file_sha256', 'make_manifest', 'chunking_info', 'check_instances', 'load_dataset', 'make_history',
+           'rollout_id', 'shared_policy', 'PrefixMemories', 'unit_memory', 'run_unit', 'frozen_heap', 'run_units_async',
+           'plan_units', 'deferred_signals', 'preflight', 'run', 'RunWarning', 'warn_no_tool_calls', 'error_summary',
+           'estimate', 'build_judge', 'judge_passes', 'score', 'with_question_gold', 'results_frame', 'read_hypotheses',
+           'score_hypotheses']
 
 # %% ../nbs/07_runner.ipynb #eca9aed1
 SAFE_NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9._-]{0,127}')   # run and section names become folder names
@@ -526,10 +527,36 @@ def shared_policy(spec: dict):
         if key not in _POLICY_CACHE: _POLICY_CACHE[key] = make_policy(**spec)
         return _POLICY_CACHE[key]
 
+class PrefixMemories:
+    "Memories grown along histories that extend one another (MemTrace's windows): a unit whose history extends an earlier one's gets that memory, with only the new sessions added, as a snapshot."
+    def __init__(self, keep: int=8 # growing memories kept (least recently used dropped first)
+                ):
+        self.keep, self._live, self._lock = keep, {}, threading.Lock()
+    def build(self, mspec: dict, # the memory spec
+              sessions: list # the unit's history
+             ) -> tuple[Memory, int]:
+        "(a memory holding `sessions`, how many of them were already ingested); memories without `snapshot()` are built anew."
+        ids = [s.id for s in sessions]
+        key = (canonical_json(mspec), ids[0] if ids else None)   # one growing memory per memory spec and history start
+        with self._lock:
+            mem, done = self._live.pop(key, (None, []))
+            reuse = mem is not None and ids[:len(done)] == done
+            if not reuse: mem, done = make_memory(**mspec), []
+            mem.add_all(sessions[len(done):]); mem.prepare()
+            snap = mem.snapshot()
+            if snap is None: return mem, 0                    # no snapshots: this memory is the unit's alone
+            self._live[key] = (mem, ids)
+            while len(self._live) > self.keep: self._live.pop(next(iter(self._live)))
+            return snap, len(done)
+    def clear(self):
+        with self._lock: self._live.clear()
+
+PREFIX_MEMORIES = PrefixMemories()   # per process: units of one history run in order in one process (serial, threads, a worker)
+
 def unit_memory(inst: Instance, cond: dict, mspec: dict, history: Callable, memory_dir: Optional[str]=None) -> tuple:
-    "(memory holding the unit's history, ingest seconds, loaded from a checkpoint?)."
+    "(memory holding the unit's history, ingest seconds, loaded from a checkpoint?); a history that extends the previous unit's is only topped up."
     t = time.perf_counter()
-    if memory_dir is None: mem = make_memory(**mspec); mem.add_all(history(inst, cond)); mem.prepare(); loaded = False
+    if memory_dir is None: mem, _ = PREFIX_MEMORIES.build(mspec, chronological(history(inst, cond))); loaded = False
     else:
         from memlab.checkpoint import MemoryCheckpoint
         ck = MemoryCheckpoint(memory_dir); mem, status = ck.get_or_build(mspec, history(inst, cond)); loaded = status == 'loaded'
