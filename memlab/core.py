@@ -9,16 +9,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, create_model, field_validator
 
 # %% auto #0
 __all__ = ['TOKENIZER', 'PosInt', 'NonNegInt', 'NonNegFloat', 'UnitFloat', 'NonEmptyStr', 'DATE_FORMATS', 'OFFLINE_LABEL',
-           'PLUGIN_GROUP', 'MAX_FILE_BYTES', 'canonical_json', 'stable_hash', 'count_tokens', 'RecordError',
-           'parse_date', 'date_key', 'dates_in', 'Record', 'Turn', 'Session', 'QueryView', 'Query', 'Instance',
-           'Evidence', 'Usage', 'Step', 'Trajectory', 'Rollout', 'Score', 'Registry', 'load_plugins', 'max_file_bytes',
-           'check_regular_file', 'read_bounded', 'project_root', 'progress_bar', 'validate_record', 'read_json_records',
-           'load_records', 'StrictYAMLLoader', 'load_yaml', 'check_dates', 'check_histories', 'validate_params',
-           'validate_args']
+           'SCORE_LABELS', 'PLUGIN_GROUP', 'MAX_FILE_BYTES', 'canonical_json', 'stable_hash', 'count_tokens',
+           'RecordError', 'parse_date', 'date_key', 'dates_in', 'Record', 'Turn', 'Session', 'QueryView', 'Query',
+           'Instance', 'Evidence', 'Usage', 'Step', 'Trajectory', 'Rollout', 'register_score_labels', 'Score',
+           'Registry', 'load_plugins', 'max_file_bytes', 'check_regular_file', 'read_bounded', 'project_root',
+           'progress_bar', 'validate_record', 'read_json_records', 'load_records', 'StrictYAMLLoader', 'load_yaml',
+           'check_dates', 'check_histories', 'validate_params', 'validate_args']
 
 # %% ../nbs/00_core.ipynb #d937a728
 def canonical_json(obj: Any) -> str:
@@ -274,6 +274,12 @@ class Rollout(Record):
     error: Optional[str] = None        # set when the rollout could not finish; never scored as wrong
     attempt: int = 0                   # 0, then 1, 2, ... when `run(retry_errors=True)` re-runs an errored rollout
 
+SCORE_LABELS = {'CORRECT', 'WRONG', 'unparsed', 'error'}   # a protocol whose judges have their own verdicts adds them
+
+def register_score_labels(*labels: str) -> None:
+    "Let `Score.label` take a judge's own verdict labels (MemTrace: correct, abstention, hallucination)."
+    SCORE_LABELS.update(labels)
+
 class Score(Record):
     "A judge's verdict on one rollout (one judge run)."
     rollout_id: str
@@ -282,10 +288,16 @@ class Score(Record):
     prompt_hash: str
     run: int = 0                       # repeated judge runs are averaged (MemOS convention)
     attempt: int = 0                   # the rollout attempt it judges (`Rollout.attempt`)
-    label: Literal['CORRECT', 'WRONG', 'unparsed', 'error']
-    correct: Optional[bool] = None     # None unless the label is CORRECT or WRONG
+    label: str                         # one of SCORE_LABELS: CORRECT, WRONG, unparsed, error, and registered verdicts
+    correct: Optional[bool] = None     # None when the judge gave no verdict (unparsed, error)
     score: Optional[float] = None      # graded metrics (F1, ROUGE-L, recall) where the judge gives one
     raw: Optional[str] = None
+    @field_validator('label')
+    @classmethod
+    def _known_label(cls, v: str) -> str:
+        if v not in SCORE_LABELS: load_plugins()        # a store read before the protocol that labels its scores was imported
+        if v not in SCORE_LABELS: raise ValueError(f'unknown label {v!r}; known: {sorted(SCORE_LABELS)} (register_score_labels adds more)')
+        return v
 
 # %% ../nbs/00_core.ipynb #fadcd550
 class Registry(dict):

@@ -589,8 +589,8 @@ def aggregate_runs(scores_df: pd.DataFrame # `scores_frame` rows: judge, rollout
                   ) -> pd.DataFrame:
     "Per (judge, rollout): mean correctness over judged runs, plus n_runs, n_judged, n_unparsed, n_error."
     d = scores_df.copy()
-    d['judged'] = d['label'].isin(['CORRECT', 'WRONG'])
-    d['c'] = (d['label'] == 'CORRECT').astype(float).where(d['judged'])
+    d['judged'] = d['correct'].notna()         # a verdict: CORRECT/WRONG, or a judge's own labels that carry a correctness
+    d['c'] = d['correct'].astype(float).where(d['judged'])
     g = d.groupby(['judge', 'judge_model', 'prompt_hash', 'rollout_id'], sort=True)
     out = pd.DataFrame({'correct': g['c'].mean(), 'n_runs': g['run'].nunique(), 'n_judged': g['judged'].sum(),
                         'n_unparsed': g['label'].agg(lambda s: int((s == 'unparsed').sum())),
@@ -602,8 +602,8 @@ def judge_summary(scores_df: pd.DataFrame # `scores_frame` rows
                  ) -> pd.DataFrame:
     "Per judge: accuracy (#correct/#judged per run, mean and std over runs) and unparsed/error counts."
     d = scores_df.copy()
-    d['judged'] = d['label'].isin(['CORRECT', 'WRONG'])
-    d['c'] = (d['label'] == 'CORRECT').astype(float).where(d['judged'])
+    d['judged'] = d['correct'].notna()         # a verdict: CORRECT/WRONG, or a judge's own labels that carry a correctness
+    d['c'] = d['correct'].astype(float).where(d['judged'])
     per_run = d.groupby(['judge', 'judge_model', 'run'])['c'].mean()
     g = per_run.groupby(level=['judge', 'judge_model'])
     cnt = d.groupby(['judge', 'judge_model'])

@@ -333,16 +333,16 @@ def _texts(kp: KnowledgePoint, kind: str, since: str) -> str:
     return {'current': f"What is {s}'s {a}?", 'historical': f"What was {s}'s {a} as of {since}?",
             'trajectory': f"How has {s}'s {a} changed over time?"}[kind]
 
-def _gold(kp: KnowledgePoint, kind: str, end: int) -> tuple[str, str]:
-    "(gold answer, canonical answer text for Verbatim) of a KP's question at a window ending at session `end`."
-    if kp.group == 'boundary': return kp.value, ''
-    if kp.group == 'conflict': return kp.value, kp.value
+def _gold(kp: KnowledgePoint, kind: str, end: int) -> tuple[str, str, list[str]]:
+    "(gold answer, canonical answer text for Verbatim, the states a correct answer names) of a KP's question at a window ending at `end`."
+    if kp.group == 'boundary': return kp.value, '', []
+    if kp.group == 'conflict': return kp.value, kp.value, []
     changed = kp.group == 'dynamic' and end >= kp.changed_session
     now = kp.value if kp.group != 'dynamic' or changed else kp.earlier
-    if kind == 'current': return now, now
-    if kind == 'historical': return (kp.earlier, kp.earlier) if kp.group == 'dynamic' else (now, now)
-    if changed: return f'It changed from {kp.earlier} to {kp.value}.', f'{kp.earlier} {kp.value}'
-    return f'It has not changed: {now}.', now
+    if kind == 'current': return now, now, [now]
+    if kind == 'historical': return (kp.earlier, kp.earlier, [kp.earlier]) if kp.group == 'dynamic' else (now, now, [now])
+    if changed: return f'It changed from {kp.earlier} to {kp.value}.', f'{kp.earlier} {kp.value}', [kp.earlier, kp.value]
+    return f'It has not changed: {now}.', now, [now]
 
 def probes(user: Instance, # a loaded HaluMem user
            kps: list[KnowledgePoint], # its knowledge points
@@ -357,12 +357,12 @@ def probes(user: Instance, # a loaded HaluMem user
             kinds = QUESTION_KINDS if kp.group in SUBSTANTIVE else QUESTION_KINDS[:2]
             ev = [user.sessions[i].id for i in (kp.first_session, kp.changed_session) if i is not None and i <= w.end and kp.group != 'boundary']
             for kind in kinds:
-                gold, canonical = _gold(kp, kind, w.end)
+                gold, canonical, states = _gold(kp, kind, w.end)
                 rows.append(Query(id=f'{kp.id}@{w.name}:{kind}', question=_texts(kp, kind, _day(user.sessions[kp.first_session])),
                                   answers=[gold], evidence=list(dict.fromkeys(ev)), date=user.sessions[w.end].meta['end_date'],
                                   qtype=kind, abstention=kp.group == 'boundary',
                                   meta=dict(kp=kp.id, kp_group=kp.group, condition=CONDITIONS[kp.group], window=w.name,
-                                            window_end=w.end, age=w.end - kp.first_session, canonical=canonical,
+                                            window_end=w.end, age=w.end - kp.first_session, canonical=canonical, states=states,
                                             changed=kp.group == 'dynamic' and w.end >= kp.changed_session, user=user.id)))
         out[w.name] = rows
     return out
@@ -386,8 +386,9 @@ def window_instances(user: Instance, # a loaded HaluMem user
 _STOP = frozenset('a an the of to in on at for and or is are was were be been it its this that with as by from has have had what which who how do does did not no yes'.split())
 
 def content_tokens(text: str) -> set[str]:
-    "Lower-case word tokens of `text` without stop words."
-    return {t for t in re.findall(r"[a-z0-9$][a-z0-9$,.\-]*[a-z0-9]|[a-z0-9]", text.lower()) if t not in _STOP}
+    "Lower-case word tokens of `text` without stop words, possessive 's or single letters."
+    text = re.sub(r"['\u2019]s\b", ' ', text.lower())
+    return {t for t in re.findall(r"[a-z0-9$][a-z0-9$,.\-]*[a-z0-9]|[0-9]", text) if t not in _STOP}
 
 def gold_leaks(question: str, # the question shown to the system
                canonical: str, # the answer text (`meta['canonical']`)
