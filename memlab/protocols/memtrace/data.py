@@ -16,10 +16,10 @@ from ...synth import filler_turns
 
 # %% auto #0
 __all__ = ['HALUMEM_TS', 'SESSION_DATE', 'MEMORY_TYPES', 'MEMORY_SOURCES', 'QUESTION_TYPES', 'HALUMEM_LAYOUTS', 'KP_GROUPS',
-           'SUBSTANTIVE', 'PAPER_KP_COUNTS', 'DEFAULT_CAPS', 'REFUSAL', 'QUESTION_KINDS', 'CONDITIONS', 'NAMES',
-           'ATTRIBUTES', 'PREFERENCES', 'UNMENTIONED', 'MemoryPoint', 'halumem_layout', 'load_halumem', 'memory_points',
-           'summarize_halumem', 'inspect_halumem', 'KnowledgePoint', 'parse_fact', 'knowledge_points', 'Window',
-           'make_windows', 'probes', 'window_instances', 'content_tokens', 'gold_leaks', 'synth_halumem_user',
+           'SUBSTANTIVE', 'PAPER_KP_COUNTS', 'DEFAULT_CAPS', 'REFUSAL', 'QUESTION_KINDS', 'CONDITIONS', 'PERSONS',
+           'NAMES', 'ATTRIBUTES', 'PREFERENCES', 'RELATIVES', 'MemoryPoint', 'halumem_layout', 'load_halumem',
+           'memory_points', 'summarize_halumem', 'inspect_halumem', 'KnowledgePoint', 'parse_fact', 'knowledge_points',
+           'Window', 'make_windows', 'probes', 'window_instances', 'content_tokens', 'gold_leaks', 'synth_halumem_user',
            'synth_halumem', 'write_halumem', 'kp_table']
 
 # %% ../../../nbs/protocols/memtrace/01_data.ipynb #924ed354
@@ -323,15 +323,20 @@ CONDITIONS = {'static': 'present', 'dynamic': 'present', 'preference': 'present'
 
 def _day(session: Session) -> str: return datetime.strptime(session.meta['start_time'], HALUMEM_TS).strftime('%B %-d, %Y')
 
-def _texts(kp: KnowledgePoint, kind: str, since: str) -> str:
-    "memlab's offline question templates (seed 002 gives none): third person, as HaluMem's own questions are."
+PERSONS = ('first', 'third')
+
+def _texts(kp: KnowledgePoint, kind: str, since: str, person: str='first') -> str:
+    "memlab's question templates (seed 002 gives none): the user asking ('my job title'), or third person as HaluMem asks ('Sarah's')."
     if kp.group in ('conflict', 'boundary'): return kp.question if kind == 'current' else f'Thinking back to {since}: {kp.question}'
-    s, a = kp.subject, kp.attribute
+    a = kp.attribute
     if kp.group == 'preference':
-        return {'current': f"What does {s} list under '{a}'?", 'historical': f"What did {s} list under '{a}' as of {since}?",
-                'trajectory': f"How has what {s} lists under '{a}' changed over time?"}[kind]
-    return {'current': f"What is {s}'s {a}?", 'historical': f"What was {s}'s {a} as of {since}?",
-            'trajectory': f"How has {s}'s {a} changed over time?"}[kind]
+        s = 'I' if person == 'first' else kp.subject
+        verb = {'current': 'do' if person == 'first' else 'does', 'historical': 'did'}
+        return {'current': f"What {verb['current']} {s} list under '{a}'?", 'historical': f"What did {s} list under '{a}' as of {since}?",
+                'trajectory': f"How has what {s} {'list' if person == 'first' else 'lists'} under '{a}' changed over time?"}[kind]
+    s = 'my' if person == 'first' else f"{kp.subject}'s"
+    return {'current': f"What is {s} {a}?", 'historical': f"What was {s} {a} as of {since}?",
+            'trajectory': f"How has {s} {a} changed over time?"}[kind]
 
 def _gold(kp: KnowledgePoint, kind: str, end: int) -> tuple[str, str, list[str]]:
     "(gold answer, canonical answer text for Verbatim, the states a correct answer names) of a KP's question at a window ending at `end`."
@@ -346,7 +351,8 @@ def _gold(kp: KnowledgePoint, kind: str, end: int) -> tuple[str, str, list[str]]
 
 def probes(user: Instance, # a loaded HaluMem user
            kps: list[KnowledgePoint], # its knowledge points
-           windows: list[Window] # its windows
+           windows: list[Window], # its windows
+           person: str='first' # question templates: 'first' (the user asks: "What is my job title?") or 'third' (HaluMem's style)
           ) -> dict[str, list[Query]]:
     "Window name -> question rows: each KP after its first appearance, by question type and evidence condition (seed 002 3.2)."
     out = {}
@@ -358,7 +364,7 @@ def probes(user: Instance, # a loaded HaluMem user
             ev = [user.sessions[i].id for i in (kp.first_session, kp.changed_session) if i is not None and i <= w.end and kp.group != 'boundary']
             for kind in kinds:
                 gold, canonical, states = _gold(kp, kind, w.end)
-                rows.append(Query(id=f'{kp.id}@{w.name}:{kind}', question=_texts(kp, kind, _day(user.sessions[kp.first_session])),
+                rows.append(Query(id=f'{kp.id}@{w.name}:{kind}', question=_texts(kp, kind, _day(user.sessions[kp.first_session]), person),
                                   answers=[gold], evidence=list(dict.fromkeys(ev)), date=user.sessions[w.end].meta['end_date'],
                                   qtype=kind, abstention=kp.group == 'boundary',
                                   meta=dict(kp=kp.id, kp_group=kp.group, condition=CONDITIONS[kp.group], window=w.name,
@@ -371,12 +377,14 @@ def window_instances(user: Instance, # a loaded HaluMem user
                      caps: Optional[dict]=None, # KPs per group (`knowledge_points`)
                      seed: int=0, # which KPs the caps keep
                      n_windows: int=8, # windows per user
-                     anchored: bool=True # two windows around the busiest dynamic update
+                     anchored: bool=True, # two windows around the busiest dynamic update
+                     person: str='first' # question templates (`probes`)
                     ) -> tuple[list[Instance], list[KnowledgePoint]]:
     "One Instance per window (the session prefix it shows and the probes asked there), and the user's KPs."
     kps = knowledge_points(user, caps, seed)
     wins = make_windows(len(user.sessions), kps, n_windows, anchored)
-    rows = probes(user, kps, wins)
+    if person not in PERSONS: raise ValueError(f'person {person!r}: use one of {PERSONS}')
+    rows = probes(user, kps, wins, person)
     insts = [Instance(id=f'{user.id}@{w.name}', sessions=user.sessions[:w.end + 1], queries=rows[w.name],
                       meta={**user.meta, 'user': user.id, 'window': w.name, 'window_end': w.end, 'anchor': w.anchor})
              for w in wins if rows[w.name]]
@@ -418,7 +426,7 @@ PREFERENCES = (('Foods I like to eat', ('spicy Thai curry', 'fresh sushi', 'gour
                ('Music I dislike', ('heavy metal', 'slow jazz', 'country ballads', 'dubstep')),
                ('Movies I like to watch', ('adventure films', 'biographical dramas', 'heist comedies', 'space operas')),
                ('Books I like to read', ('historical fiction', 'travel memoirs', 'hard science fiction', 'poetry collections')))
-UNMENTIONED = ('middle name', 'shoe size', 'favorite color', 'first teacher', 'childhood nickname', 'license plate')
+RELATIVES = ('cousin', 'neighbour', 'manager', 'grandmother', 'landlord')   # boundary probes ask for their facts: never stated
 
 def _dia(turns: list, day: datetime) -> list[dict]:
     "Turns as HaluMem dialogue entries (user and assistant share `dialogue_turn` and timestamp)."
@@ -451,11 +459,11 @@ def synth_halumem_user(seed: int, # the user's seed
     for k, (attr, values, _) in enumerate(attrs):      # every attribute stated once, early in the history
         v = rng.choice(values); i = min(n_sessions - 1, k * half // len(attrs))
         state[attr] = (v, i)
-        say(i, f'By the way, my {attr} is {v}.', mp(f"{name}'s {attr} is {v}"))
+        say(i, f'I should mention that my {attr} is {v}.', mp(f"{name}'s {attr} is {v}"))
     for k, (attr, values, _) in enumerate(changing):   # some change once, in the second half
         old, i0 = state[attr]; new = rng.choice([v for v in values if v != old])
         i = min(n_sessions - 1, half + (k + 1) * (n_sessions - half) // (len(changing) + 1))
-        say(i, f'Update on my {attr}: it changed from {old} to {new}, so my {attr} is {new} now.',
+        say(i, f'I have an update on my {attr}: it changed from {old} to {new}, so my {attr} is {new} now.',
             mp(f'{name}\'s profile updated {attr.replace(" ", "_")} from "{old}" to "{new}".', 'secondary', True, [f"{name}'s {attr} is {old}"]))
         state[attr] = (new, i)
         wrong = rng.choice([v for v in values if v not in (old, new)])          # an interference point at the same session
@@ -465,17 +473,17 @@ def synth_halumem_user(seed: int, # the user's seed
     for k, (lst, values) in enumerate(PREFERENCES):    # preference lists, one or two values each
         i = min(n_sessions - 1, 1 + k * 2)
         for v in rng.sample(values, rng.randint(1, 2)):
-            say(i, f'One more thing about me, under {lst.lower()}: {v}.', mp(f'{name} {lst}: {v}'))
+            say(i, f'I want to note this under {lst.lower()}: {v}.', mp(f'{name} {lst}: {v}'))
     for k, (attr, values, _) in enumerate(a for a in attrs if a not in changing):   # conflict questions: a false premise
         if k >= 3: break
         v, i = state[attr]; w = rng.choice([x for x in values if x != v])
         j = min(n_sessions - 1, i + 1)
-        sessions[j]['questions'].append(dict(question=f"Why is {name}'s {attr} {w}?", answer=f"{name}'s {attr} is {v}, not {w}.",
+        sessions[j]['questions'].append(dict(question=f"Why is my {attr} {w}?", answer=f"Your {attr} is {v}, not {w}.",
                                              evidence=[dict(memory_content=f"{name}'s {attr} is {v}", memory_type='Persona Memory')],
                                              difficulty='medium', question_type='Memory Conflict'))
-    for k, what in enumerate(rng.sample(UNMENTIONED, 3)):     # boundary questions: never mentioned
-        j = min(n_sessions - 1, 2 + 3 * k)
-        sessions[j]['questions'].append(dict(question=f"What is {name}'s {what}?", answer='This information is not provided.', evidence=[],
+    for k, (attr, _, _) in enumerate(rng.sample(attrs, 3)):  # boundary questions: a relative's fact, never mentioned (a near miss)
+        j, rel = min(n_sessions - 1, 2 + 3 * k), rng.choice(RELATIVES)
+        sessions[j]['questions'].append(dict(question=f"What is my {rel}'s {attr}?", answer='This information is not provided.', evidence=[],
                                              difficulty='easy', question_type='Memory Boundary'))
     for attr, (v, i) in [(a[0], state[a[0]]) for a in attrs if a not in changing][3:6]:   # recall questions, as HaluMem asks them
         sessions[i]['questions'].append(dict(question=f"What is {name}'s {attr} as of {days[i].strftime('%B %-d, %Y')}?", answer=v,
