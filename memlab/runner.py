@@ -4,12 +4,12 @@
 
 # %% ../nbs/07_runner.ipynb #91e42ab2
 from __future__ import annotations
-import json, os, platform, re, signal, subprocess, sys, threading, time, uuid, warnings
+import ast, json, os, platform, re, signal, subprocess, sys, threading, time, uuid, warnings
 from collections import Counter
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 import pandas as pd
 from pydantic import ConfigDict, Field, field_validator
 from .redact import redact, redact_obj
@@ -27,13 +27,13 @@ import memlab.flat, memlab.planar, memlab.graph  # register the flat, planar and
 # %% auto #0
 __all__ = ['SAFE_NAME', 'TRANSPORT_KEYS', 'DATASETS', 'DATASET_OPTIONS', 'ROLLOUT_KEY', 'SCORE_KEY', 'PACKAGES',
            'PREFIX_MEMORIES', 'PASS_KEY', 'generation_spec', 'RunConfig', 'default_history', 'validate_config',
-           'check_dataset_spec', 'spec_name', 'hash_named', 'output_dirs', 'StoreError', 'StoreWarning', 'lock_holder',
-           'writer_lock', 'ResultsStore', 'check_store', 'git_commit', 'package_versions', 'dataset_hash',
-           'file_sha256', 'make_manifest', 'chunking_info', 'check_instances', 'load_dataset', 'make_history',
-           'rollout_id', 'shared_policy', 'PrefixMemories', 'unit_memory', 'run_unit', 'frozen_heap', 'run_units_async',
-           'plan_units', 'deferred_signals', 'preflight', 'run', 'RunWarning', 'warn_no_tool_calls', 'error_summary',
-           'estimate', 'build_judge', 'judge_passes', 'score', 'with_question_gold', 'results_frame', 'read_hypotheses',
-           'score_hypotheses']
+           'check_dataset_spec', 'spec_name', 'hash_named', 'injected_params', 'output_dirs', 'StoreError',
+           'StoreWarning', 'lock_holder', 'writer_lock', 'ResultsStore', 'check_store', 'git_commit',
+           'package_versions', 'dataset_hash', 'file_sha256', 'make_manifest', 'chunking_info', 'check_instances',
+           'load_dataset', 'make_history', 'rollout_id', 'shared_policy', 'PrefixMemories', 'unit_memory', 'run_unit',
+           'frozen_heap', 'run_units_async', 'plan_units', 'deferred_signals', 'preflight', 'run', 'RunWarning',
+           'warn_no_tool_calls', 'error_summary', 'estimate', 'build_judge', 'judge_passes', 'score',
+           'with_question_gold', 'results_frame', 'read_hypotheses', 'score_hypotheses']
 
 # %% ../nbs/07_runner.ipynb #eca9aed1
 SAFE_NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9._-]{0,127}')   # run and section names become folder names
@@ -159,6 +159,17 @@ def hash_named(cfg: RunConfig, # a config whose `name` is the stem, e.g. 'walkth
     return RunConfig.load(cfg.model_dump() | {'name': name or f'{cfg.name}-{cfg.config_hash[:10]}'})
 
 # %% ../nbs/07_runner.ipynb #efc7d486
+def injected_params(sources: Sequence[str] # executed cell sources, e.g. IPython's `In`
+                   ) -> list[str]:
+    "Names assigned by papermill's injected parameters cells ('# Parameters' ...), in order of appearance."
+    out = []
+    for s in sources:
+        if not isinstance(s, str) or not s.startswith('# Parameters'): continue
+        try: tree = ast.parse(s)
+        except SyntaxError: continue
+        out += [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)]
+    return list(dict.fromkeys(out))
+
 def output_dirs(section: str, # section name, e.g. 'walkthrough'
                 out_root: Optional[str|Path]=None # default: $MEMLAB_OUT, else build/ under the project root
                ) -> tuple[Path, Path]:
@@ -945,7 +956,8 @@ def score(store: ResultsStore|str|Path, # a store with rollouts
           judge: Optional[dict]=None, # judge spec; default: the config's judge
           n_runs: Optional[int]=None, # judge runs per rollout; default: the config's judge_runs
           judge_obj=None, # an already-built judge (e.g. an LLM judge with its backend)
-          wait: bool=False # wait for another writer of the store instead of failing
+          wait: bool=False, # wait for another writer of the store instead of failing
+          rollout_ids: Optional[Sequence[str]]=None # judge only these rollouts (a second judge's sample); None: all
          ) -> pd.DataFrame:
     "Judge every current rollout this judge (name, model, prompt) has not judged `n_runs` times; returns the aggregated scores."
     store = store if isinstance(store, ResultsStore) else ResultsStore(store)
@@ -953,9 +965,11 @@ def score(store: ResultsStore|str|Path, # a store with rollouts
     j = judge_obj or build_judge(judge or cfg['judge'])
     n_runs = n_runs or cfg.get('judge_runs', 1)
     qs = {(i.id, q.id): q for i in instances for q in i.queries}
-    if _missing_runs(store, j, n_runs):                            # nothing to judge: nothing is written
+    keep = None if rollout_ids is None else set(rollout_ids)
+    def todo_runs(): return {r: v for r, v in _missing_runs(store, j, n_runs).items() if keep is None or r in keep}
+    if todo_runs():                                                # nothing to judge: nothing is written
         with store.writing(wait):
-            missing = _missing_runs(store, j, n_runs)                # again, under the lock
+            missing = todo_runs()                                    # again, under the lock
             todo = [r for r in store.rollout_records() if r.rollout_id in missing]
             bad = next((r for r in todo if (r.instance_id, r.query_id) not in qs), None)
             if bad: raise RecordError(f"{store.root}: rollout {bad.rollout_id}: query {(bad.instance_id, bad.query_id)} is not in the given instances")

@@ -111,8 +111,16 @@ def _contains(gold: str, generated: str) -> bool:
 _A3 = re.compile(r'Gold answer:[ \t]*\n?(.*?)\n[ \t]*\n[ \t]*Generated answer:[ \t]*\n?(.*?)(?:\n[ \t]*\n[ \t]*Return only|\Z)', re.S)
 _LME = re.compile(r'Correct Answer:[ \t]*(.*?)\n[ \t]*\n[ \t]*Model Response:[ \t]*(.*?)(?:\n[ \t]*\n[ \t]*Is the model response correct|\Z)', re.S)
 
+_MEMTRACE = re.compile(r'Reference answer:[ \t]*(.*?)\nResponse:[ \t]*(.*?)\n[ \t]*\nDefinitions:', re.S)
+
 def judge_reply(prompt: str) -> str:
-    "Fake judge: seed-000 A.3 JSON label, LongMemEval yes/no, else 'OK'."
+    "Fake judge: seed-000 A.3 JSON label, LongMemEval yes/no, the MemTrace rubric's JSON, else 'OK'."
+    m = _MEMTRACE.search(prompt)
+    if m:
+        ok = any(_contains(g, m[2]) for g in m[1].split(' | '))
+        abst = any(w in m[2].lower() for w in ("don't know", 'not mentioned', 'never mentioned', 'not provided'))
+        return json.dumps({'gist': int(ok or abst and 'never mentioned' in m[1].lower()),
+                           'response_type': 'abstention' if abst else 'correct' if ok else 'hallucination', 'reason': 'fake'})
     m = _A3.search(prompt)
     if m: return json.dumps({'label': 'CORRECT' if _contains(m[1], m[2]) else 'WRONG'})
     m = _LME.search(prompt)

@@ -67,7 +67,7 @@ class MemTraceParams(Record):
     person: Literal['first', 'third'] = 'first'   # question templates
     memories: list[str] = Field(default_factory=lambda: ['long-context', 'bm25', 'items', 'ppr-graph'], min_length=1)
     k: PosInt = 10                           # model-visible units per memory call
-    window_tokens: PosInt = 3000             # the long-context memory's window: it reads the prefix until it fills
+    window_tokens: PosInt = 1200             # the long-context memory's window: it reads the prefix until it fills
     tiers: list[str] = Field(default_factory=lambda: ['strong', 'weak'], min_length=1)   # offline reader tiers
     backend: str = 'offline'                 # 'offline' | 'openai' (any OpenAI-compatible server) | 'anthropic'
     models: list[str] = Field(default_factory=lambda: ['gpt-4o-mini'])   # answer generator (seed 002: gpt-4o-mini)

@@ -170,27 +170,27 @@ def _pair(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     m = a.merge(b, on='rollout_id', suffixes=('_a', '_b'))
     return m[m['correct_a'].notna() & m['correct_b'].notna()]
 
-def judge_agreement(a: pd.DataFrame, # judge A's rows: rollout_id, correct (gist), label (response type), user
+def judge_agreement(a: pd.DataFrame, # judge A's rows (`probe_frame`): rollout_id, correct (Gist), rtype (Response type), user
                     b: pd.DataFrame, # judge B's rows for (a subset of) the same responses
                     n_resamples: int=1000, # bootstrap resamples
                     seed: int=0
                    ) -> pd.DataFrame:
     "Cohen's κ of Gist and of Response type with a bootstrap CI that resamples users (appendix D)."
-    m = _pair(a, b[['rollout_id', 'correct', 'label']])
+    m = _pair(a, b[['rollout_id', 'correct', 'rtype']])
     rows = []
-    for dim, ca, cb in (('Gist accuracy', 'correct_a', 'correct_b'), ('Response type', 'label_a', 'label_b')):
+    for dim, ca, cb in (('Gist accuracy', 'correct_a', 'correct_b'), ('Response type', 'rtype_a', 'rtype_b')):
         x, y = m[ca].astype(str).tolist(), m[cb].astype(str).tolist()
         ci = kappa_ci(x, y, groups=m['user'].tolist(), n_resamples=n_resamples, seed=seed) if len(m) else None
         rows.append(dict(dimension=dim, n=len(m), kappa=cohens_kappa(x, y) if len(m) else np.nan,
                          lo=ci.lo if ci else np.nan, hi=ci.hi if ci else np.nan))
     return pd.DataFrame(rows)
 
-def disagreement_table(a: pd.DataFrame, # judge A's rows: rollout_id, correct, label, qtype, kp_group
+def disagreement_table(a: pd.DataFrame, # judge A's rows: rollout_id, correct, rtype, qtype, kp_group
                        b: pd.DataFrame # judge B's rows
                       ) -> pd.DataFrame:
     "Per question type x KP type: n, Gist disagreements, share of responses with any disagreement (appendix D)."
-    m = _pair(a, b[['rollout_id', 'correct', 'label']])
-    m = m.assign(gist_dis=m['correct_a'] != m['correct_b'], any_dis=(m['correct_a'] != m['correct_b']) | (m['label_a'] != m['label_b']))
+    m = _pair(a, b[['rollout_id', 'correct', 'rtype']])
+    m = m.assign(gist_dis=m['correct_a'] != m['correct_b'], any_dis=(m['correct_a'] != m['correct_b']) | (m['rtype_a'] != m['rtype_b']))
     t = m.groupby(['qtype', 'kp_group']).agg(n=('rollout_id', 'size'), gist_disagreements=('gist_dis', 'sum'),
                                              any_disagreement=('any_dis', 'mean'))
     t['any_disagreement'] = (100 * t['any_disagreement']).round(1)

@@ -62,7 +62,8 @@ def user_ci(frame: pd.DataFrame, # `probe_frame` rows (any subset)
             ci: float=0.95, # confidence level
             seed: int=0
            ) -> pd.DataFrame:
-    "Named statistics with percentile intervals from resampling users (one draw shared by all statistics)."
+    "Named statistics with percentile intervals from resampling users (one draw shared by all statistics); NaN without rows."
+    if not len(frame): return pd.DataFrame([dict(stat=n, estimate=np.nan, lo=np.nan, hi=np.nan) for n in stats])
     users, U, _ = task_index(frame['user'].to_numpy(), len(frame))
     C = resample_counts(U, n_resamples, seed).astype(float)
     ratio = lambda mask, value='gist': _ratio(frame, users, np.asarray(mask, bool), value, C)
@@ -92,7 +93,11 @@ def maintenance_table(frame: pd.DataFrame, # `probe_frame` rows
     rows = []
     cells = [((s, q), g) for (s, q), g in d.groupby(['system', 'qtype'])] + [((s, 'overall'), g) for s, g in d.groupby('system')]
     for (system, qtype), sub in cells:
-        def avg(ws, sub=sub): return lambda r: np.nanmean(np.vstack([r(sub['window'] == w) for w in ws]), axis=0)
+        def avg(ws, sub=sub):   # mean of the windows' means; NaN where none of them has rows (a history shorter than eight windows)
+            def f(r):
+                v = np.vstack([r(sub['window'] == w) for w in ws]); n = (~np.isnan(v)).sum(0)
+                with np.errstate(invalid='ignore'): return np.where(n > 0, np.nansum(v, 0) / np.maximum(n, 1), np.nan)
+            return f
         t = user_ci(sub, {'fresh': avg(fresh), 'saturated': avg(saturated),
                           'forget': lambda r: avg(fresh)(r) - avg(saturated)(r)}, n_resamples, seed=seed).set_index('stat')
         row = dict(system=system, qtype=qtype)
@@ -132,6 +137,7 @@ def rank_stability(frame: pd.DataFrame, # `probe_frame` rows (at least 3 systems
     "Spearman rho between systems' rankings on two question types, over user resamples: median, CI, share rho > 0."
     d = frame[(frame['condition'] == 'present') & frame['window'].isin(windows)]
     systems = sorted(d['system'].unique())
+    if len(systems) < 3: return pd.DataFrame(columns=['comparison', 'n_systems', 'rho', 'median', 'lo', 'hi', 'share_rho_positive'])
     users, U, _ = task_index(d['user'].to_numpy(), len(d))
     C = resample_counts(U, n_resamples, seed).astype(float)
     acc = {}

@@ -18,7 +18,7 @@ from ...runner import DATASETS   # and its synthetic dataset kind (`synthetic-la
 __all__ = ['BUDGETS', 'ALPHA', 'SCALE_PARAMS', 'SCALE_DATASETS', 'outcomes', 'call_quantile', 'with_scale', 'diagnostics',
            'onset', 'end_names', 'table1', 'table2', 'budget_curve', 'table3', 'reporting_card', 'plot_reliability',
            'plot_decomposition', 'plot_endpoints', 'plot_budget_curves', 'check_params', 'check_n_queries',
-           'injected_params', 'ladder_pool', 'scale_ladder_history']
+           'ladder_pool', 'scale_ladder_history']
 
 # %% ../../../nbs/protocols/scale/02_protocol.ipynb #b2acbc0e
 BUDGETS = {'B0': 2, 'B1': 3, 'B2': 5}   # seed 000, Table 11: main, elastic, stress
@@ -304,7 +304,8 @@ def plot_budget_curves(curve: pd.DataFrame, # budget_curve() output
     return axes
 
 # %% ../../../nbs/protocols/scale/02_protocol.ipynb #a6095f5d
-import ast, difflib, os
+import difflib, os
+from ...runner import injected_params   # papermill helper, in the harness (re-exported here)
 
 SCALE_PARAMS = dict(   # the scale-ladder section's parameters and defaults, in the order of its parameters cell
     dataset='synthetic', data_path=None, pool_path=None, n_queries=30, pool_size=500, session_turns=6,
@@ -422,16 +423,7 @@ def check_n_queries(n_queries: Optional[int], # the section's n_queries (None: a
         _bad("'n_queries'", f'{n_queries} queries asked, but {source} holds {n_available}; ask for at most {n_available} or None (all)')
     return n_queries
 
-def injected_params(sources: Sequence[str] # executed cell sources, e.g. IPython's `In`
-                   ) -> list[str]:
-    "Names assigned by papermill's injected parameters cells ('# Parameters' ...), in order of appearance."
-    out = []
-    for s in sources:
-        if not isinstance(s, str) or not s.startswith('# Parameters'): continue
-        try: tree = ast.parse(s)
-        except SyntaxError: continue
-        out += [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)]
-    return list(dict.fromkeys(out))
+
 
 # %% ../../../nbs/protocols/scale/02_protocol.ipynb #0a52dd3d
 @DATASETS.register('synthetic-ladder')
