@@ -1,5 +1,5 @@
 """The MemTrace section with a model backend (issue 13, item 6): the notebook runs unchanged with backend=openai against
-the loopback server, judged by the memtrace-llm rubric and rescored by a second judge (appendix D), and the key
+the loopback server, its questions rephrased by a model (leakage-checked), judged by the memtrace-llm rubric and rescored by a second judge (appendix D), and the key
 appears nowhere in what it writes. A bad parameter is one line naming it, before any work.
 """
 import json, os, subprocess, sys
@@ -25,11 +25,13 @@ def test_memtrace_with_openai_backend_two_judges_and_no_key_leak(tmp_path):
         nb = tmp_path / 'memtrace-openai.ipynb'
         p = papermill(nb, env, ('backend', 'openai'), ('models', ['loop-model']), ('base_url', srv.url), ('judge_model', 'loop-judge'),
                       ('second_judge_model', 'loop-judge-2'), ('n_users', 1), ('n_sessions', 10), ('memories', ['bm25', 'items']),
-                      ('n_reliability', 40), ('n_reach', 30), ('n_oracle', 5), ('n_resamples', 50), ('run_name', 'loop'))
+                      ('rewrite_model', 'loop-writer'), ('n_reliability', 40), ('n_reach', 30), ('n_oracle', 5), ('n_resamples', 50), ('run_name', 'loop'))
         assert p.returncode == 0, p.stderr[-3000:]
         judged = [r for r in srv.requests if r and 'You grade the answers' in json.dumps(r.get('messages'))]
         assert judged and {r['model'] for r in judged} == {'loop-judge', 'loop-judge-2'}
         assert len([r for r in judged if r['model'] == 'loop-judge-2']) <= 40      # the second judge rescored the sample only
+        asked = [r for r in srv.requests if r and r.get('model') == 'loop-writer']
+        assert asked and all('Rewrite the question below' in r['messages'][0]['content'] for r in asked)
     res = out / 'results' / 'memtrace'
     agree = pd.read_csv(res / 'tableD_judge_agreement.csv')
     assert agree['dimension'].tolist() == ['Gist accuracy', 'Response type'] and (agree['n'] > 0).all()

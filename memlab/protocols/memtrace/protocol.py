@@ -15,7 +15,8 @@ from .views import oracle_instances
 import memlab.protocols.memtrace.scoring  # noqa: F401  (registers the MemTrace judges and their labels)
 
 # %% auto #0
-__all__ = ['MEMTRACE_PARAMS', 'memtrace_dataset', 'memtrace_oracle_dataset', 'MemTraceParams', 'check_params']
+__all__ = ['REWRITE_PROMPT', 'MEMTRACE_PARAMS', 'memtrace_dataset', 'memtrace_oracle_dataset', 'rewrite_questions',
+           'MemTraceParams', 'check_params']
 
 # %% ../../../nbs/protocols/memtrace/04_protocol.ipynb #e8878be1
 @DATASETS.register('memtrace')
@@ -27,14 +28,19 @@ def memtrace_dataset(source: Literal['synthetic', 'halumem']='synthetic', # the 
                      caps: Optional[dict]=None, # KPs per group and user (`knowledge_points`)
                      n_windows: int=8, anchored: bool=True, # windows per user (`make_windows`)
                      person: str='first', # question templates
-                     seed: int=0 # generator, KP choice
+                     seed: int=0, # generator, KP choice
+                     rewrite: Optional[dict]=None # {'backend': {...}}: a model rewrites the template questions (`rewrite_questions`)
                     ) -> list[Instance]:
     "MemTrace's window instances: one per (user, window), the session prefix and its probes."
     if source == 'synthetic': users = _synthetic_users(n_users or 4, n_sessions, turns, n_updates, seed)
     else:
         if not path: raise ValueError("dataset 'memtrace' with source 'halumem' needs path=")
         users = load_halumem(path, layout=layout)[:n_users]
-    return [i for u in users for i in window_instances(u, caps, seed, n_windows, anchored, person)[0]]
+    insts = [i for u in users for i in window_instances(u, caps, seed, n_windows, anchored, person)[0]]
+    if rewrite:
+        from memlab.llm import make_backend
+        b = dict(rewrite['backend']); insts = rewrite_questions(insts, make_backend(b.pop('name'), **b))[0]
+    return insts
 
 def _synthetic_users(n_users: int, n_sessions: int, turns: int, n_updates: int, seed: int) -> list[Instance]:
     "Generated users through the loader, as a file would be read."
@@ -49,6 +55,34 @@ def memtrace_oracle_dataset(query_ids: list[str], # the probes given their gold 
                            ) -> list[Instance]:
     "One open-book instance per probe: only the gold evidence sessions of its window (`oracle_instances`)."
     return oracle_instances(memtrace_dataset(**spec), query_ids)
+
+# %% ../../../nbs/protocols/memtrace/04_protocol.ipynb #44c2d6d2
+REWRITE_PROMPT = ("Rewrite the question below as a natural question that a user would ask their personal assistant about their own life. "
+                  "Keep its meaning and any date it names exactly. Do not add information and do not include or hint at the answer.\n\n"
+                  "Question: {question}\n\nReply with the rewritten question only, on one line.")
+
+def rewrite_questions(insts: list[Instance], # window instances
+                      backend, # a ChatBackend (`memlab.llm.make_backend`)
+                      max_tokens: int=64 # reply limit
+                     ) -> tuple[list[Instance], dict]:
+    "Instances whose substantive questions a model rephrased where the leakage check passes; and the counts (asked, kept, rejected)."
+    from memlab.protocols.memtrace.data import gold_leaks
+    todo = {}
+    for i in insts:
+        for q in i.queries:
+            if q.meta['kp_group'] in ('static', 'dynamic', 'preference'): todo.setdefault(q.question, []).append(q.meta['canonical'])
+    texts = sorted(todo)
+    out = backend.chat_many([dict(messages=[{'role': 'user', 'content': REWRITE_PROMPT.replace('{question}', t)}], max_tokens=max_tokens,
+                                  temperature=0.0) for t in texts])
+    new, n = {}, dict(asked=len(texts), kept=0, rejected=0, failed=0)
+    for t, r in zip(texts, out):
+        if not isinstance(r, tuple): n['failed'] += 1; continue
+        cand = ' '.join((r[0].content or '').split()).strip().strip('"')
+        ok = cand and '\n' not in (r[0].content or '').strip() and cand.endswith('?') and not any(gold_leaks(cand, c, t) for c in todo[t])
+        if ok: new[t] = cand; n['kept'] += 1
+        else: n['rejected'] += 1
+    def q2(q): return q.model_copy(update=dict(question=new[q.question], meta={**q.meta, 'template_question': q.question})) if q.question in new else q
+    return [i.model_copy(update=dict(queries=[q2(q) for q in i.queries])) for i in insts], n
 
 # %% ../../../nbs/protocols/memtrace/04_protocol.ipynb #84aabe82
 class MemTraceParams(Record):
@@ -65,6 +99,7 @@ class MemTraceParams(Record):
     n_windows: PosInt = 8                    # windows per user (seed 002: eight)
     anchored: bool = True                    # two of them around the busiest dynamic update
     person: Literal['first', 'third'] = 'first'   # question templates
+    rewrite_model: Optional[str] = None      # a model rephrases the template questions (leakage-checked); None: templates
     memories: list[str] = Field(default_factory=lambda: ['long-context', 'bm25', 'items', 'ppr-graph'], min_length=1)
     k: PosInt = 10                           # model-visible units per memory call
     window_tokens: PosInt = 1200             # the long-context memory's window: it reads the prefix until it fills
