@@ -811,7 +811,7 @@ def run(cfg: RunConfig|dict|str, # the run config (or a dict / YAML path)
         except StoreError:
             if old is None and n_written[0] == 0 and not len(stored): store.manifest_path.unlink(missing_ok=True)  # nothing was written
             raise
-        finally: bar.close()
+        finally: bar.close(); PREFIX_MEMORIES.clear()   # growing memories serve one run: none outlives it
     warn_no_tool_calls(store, {spec_name(ps) for ps, p in zip(cfg.policies, policies) if getattr(p, 'backend', None) is not None},
                        {spec_name(ms) for ms, m in zip(cfg.memories, memories) if not m.single_pass})
     return store
@@ -970,7 +970,10 @@ def score(store: ResultsStore|str|Path, # a store with rollouts
     if todo_runs():                                                # nothing to judge: nothing is written
         with store.writing(wait):
             missing = todo_runs()                                    # again, under the lock
-            todo = [r for r in store.rollout_records() if r.rollout_id in missing]
+            cols = ['rollout_id', 'attempt', 'instance_id', 'query_id', 'answer', 'error']   # a judge reads no trajectory
+            rows = store.rollouts(columns=cols)
+            todo = [Rollout.model_construct(**{k: _py(v) for k, v in zip(cols, vals)})    # trusted rows of the store, not re-validated
+                    for vals in rows[rows['rollout_id'].isin(missing)][cols].itertuples(index=False)]
             bad = next((r for r in todo if (r.instance_id, r.query_id) not in qs), None)
             if bad: raise RecordError(f"{store.root}: rollout {bad.rollout_id}: query {(bad.instance_id, bad.query_id)} is not in the given instances")
             store.write_scores(judge_many(j, [(r, qs[(r.instance_id, r.query_id)]) for r in todo], runs=[missing[r.rollout_id] for r in todo],

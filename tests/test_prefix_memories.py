@@ -61,3 +61,9 @@ def test_a_run_over_windows_is_the_same_with_and_without_growing_memories(tmp_pa
     key = ['rollout_id', 'answer']
     assert len(a) == sum(len(i.queries) for i in INSTS) * 3
     assert a[key].sort_values('rollout_id').reset_index(drop=True).equals(b[key].sort_values('rollout_id').reset_index(drop=True))
+
+
+def test_growing_memories_do_not_outlive_the_run(tmp_path):
+    cfg = RunConfig(name='w', policies=[{'name': 'offline-reader', 'tier': 'strong'}], memories=[{'name': 'bm25', 'k': 5}])
+    run(cfg, INSTS[:2], tmp_path / 's', progress=False)
+    assert R.PREFIX_MEMORIES._live == {}                # before: the last window's memory stayed alive in the process

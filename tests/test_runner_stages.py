@@ -54,3 +54,18 @@ def test_manifest_records_data_file_hash(tmp_path):
     cfg = RunConfig.load(CFG.model_dump() | {'dataset': spec})
     st = run(cfg, load_dataset(spec), tmp_path / 'run', progress=False)
     assert st.manifest()['dataset']['file_sha256'] == hashlib.sha256(f.read_bytes()).hexdigest()
+
+
+def test_scoring_reads_no_trajectory(tmp_path, monkeypatch):
+    "A judge needs ids, the answer and the error: score() reads those columns, not every trajectory (600 MB per 6,000 MemTrace rollouts)."
+    bench = make_benchmark(n_instances=2, queries_per_instance=3, n_filler=2, seed=0)
+    cfg = RunConfig(name='s', policies=[{'name': 'offline-reader', 'tier': 'strong'}], memories=[{'name': 'bm25', 'k': 5}])
+    st = run(cfg, bench, tmp_path / 's', progress=False)
+    read = []
+    real = ResultsStore.rollouts
+    def spy(self, *a, **kw):
+        read.append(kw.get('columns')); return real(self, *a, **kw)
+    monkeypatch.setattr(ResultsStore, 'rollouts', spy)
+    out = score(st, bench)
+    assert len(out) == 6 and out['correct'].notna().all()
+    assert read and all(c is not None and 'trajectory' not in c for c in read), read
