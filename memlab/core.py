@@ -295,7 +295,8 @@ class Score(Record):
     @field_validator('label')
     @classmethod
     def _known_label(cls, v: str) -> str:
-        if v not in SCORE_LABELS: load_plugins()        # a store read before the protocol that labels its scores was imported
+        if v not in SCORE_LABELS:                        # a store read before the protocol that labels its scores was imported
+            from memlab.core import load_plugins; load_plugins()   # (imported here: defined further down this module)
         if v not in SCORE_LABELS: raise ValueError(f'unknown label {v!r}; known: {sorted(SCORE_LABELS)} (register_score_labels adds more)')
         return v
 
