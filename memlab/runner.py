@@ -549,16 +549,15 @@ class PrefixMemories:
         "(a memory holding `sessions`, how many of them were already ingested); memories without `snapshot()` are built anew."
         ids = [s.id for s in sessions]
         key = (canonical_json(mspec), ids[0] if ids else None)   # one growing memory per memory spec and history start
+        with self._lock: mem, done = self._live.pop(key, (None, []))   # taken out: no other thread grows it meanwhile
+        if mem is None or ids[:len(done)] != done: mem, done = make_memory(**mspec), []
+        mem.add_all(sessions[len(done):]); mem.prepare()      # built outside the lock: other units' memories build in parallel
+        snap = mem.snapshot()
+        if snap is None: return mem, 0                        # no snapshots: this memory is the unit's alone
         with self._lock:
-            mem, done = self._live.pop(key, (None, []))
-            reuse = mem is not None and ids[:len(done)] == done
-            if not reuse: mem, done = make_memory(**mspec), []
-            mem.add_all(sessions[len(done):]); mem.prepare()
-            snap = mem.snapshot()
-            if snap is None: return mem, 0                    # no snapshots: this memory is the unit's alone
             self._live[key] = (mem, ids)
             while len(self._live) > self.keep: self._live.pop(next(iter(self._live)))
-            return snap, len(done)
+        return snap, len(done)
     def clear(self):
         with self._lock: self._live.clear()
 

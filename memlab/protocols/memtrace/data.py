@@ -230,7 +230,7 @@ REFUSAL = 'This information was never mentioned.'
 
 def _pick(items: list, n: int, seed: int, salt: str) -> list:
     "`n` of `items` (by their `id`), a seeded deterministic choice, kept in their original order."
-    chosen = set(sorted((stable_hash([seed, salt, it.id]), it.id) for it in items)[:n][i][1] for i in range(min(n, len(items))))
+    chosen = {iid for _, iid in sorted((stable_hash([seed, salt, it.id]), it.id) for it in items)[:n]}   # sorted once
     return [it for it in items if it.id in chosen]
 
 def knowledge_points(user: Instance, # a loaded HaluMem user (`load_halumem`, `synth_halumem`)
