@@ -8,7 +8,7 @@ import copy, operator
 from typing import Optional
 import numpy as np
 from .core import Session, Evidence, PosInt, NonNegInt, NonNegFloat, UnitFloat
-from .memory import Memory, MEMORIES, chronological, terms, _ID, _DATE
+from .memory import Memory, MEMORIES, chronological, terms, readback_ids, readback_units, _ID, _DATE
 import memlab.index as ix
 
 # %% auto #0
@@ -63,6 +63,10 @@ class FlatMemory(Memory):
             out.append(Evidence(text=a.chunks[i], session_id=sid, date=date, rank=r, score=float(sc[j]),
                                 meta={'chunk': i, **{n: float(v[j]) for n, v in extra.items()}}))
         return out
+    def readback(self, session_ids) -> list[Evidence]:
+        "Every stored chunk of the given sessions, in write order (perfect retrieval)."
+        ids = readback_ids(session_ids)
+        return readback_units((c, sid, date, {'chunk': i}) for sid, date, a in self.entries if sid in ids for i, c in enumerate(a.chunks))
 
 # %% ../nbs/02b_flat.ipynb #b9f056dc
 @MEMORIES.register('bm25')

@@ -9,7 +9,7 @@ from typing import Optional
 import numpy as np
 from scipy import sparse
 from .core import Session, Evidence, PosInt, NonNegInt, NonNegFloat, UnitFloat, date_key
-from .memory import Memory, MEMORIES, terms, chunk_session, STOPWORDS
+from .memory import Memory, MEMORIES, terms, chunk_session, STOPWORDS, readback_ids, readback_units
 from .index import BM25Index, EMPTY_TERM, LRUCache, session_key, term_block, top_k
 from .planar import split_sentences
 
@@ -188,6 +188,10 @@ class _GraphMemory(Memory):
         sid, date, i = self.prov[j]
         return Evidence(text=text or self.chunks[j]['text'], session_id=sid, date=date, rank=r, score=float(score),
                         meta={'chunk': i, **meta})
+    def readback(self, session_ids) -> list[Evidence]:
+        "The passages written from the given sessions, in write order (perfect retrieval)."
+        ids = readback_ids(session_ids)
+        return readback_units((ch['text'], sid, date, {'chunk': i}) for ch, (sid, date, i) in zip(self.chunks, self.prov) if sid in ids)
 
 @MEMORIES.register('ppr-graph')
 class PPRGraphMemory(_GraphMemory):

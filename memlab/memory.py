@@ -12,10 +12,10 @@ from .core import Session, Evidence, Registry, count_tokens, PosInt, NonNegInt, 
 
 # %% auto #0
 __all__ = ['FAMILIES', 'MEMORIES', 'HISTORIES', 'STOPWORDS', 'Memory', 'chronological', 'make_memory', 'check_parity',
-           'chunk_session', 'terms', 'LongContextMemory']
+           'readback_ids', 'readback_units', 'chunk_session', 'terms', 'LongContextMemory', 'NullMemory']
 
 # %% ../nbs/02_memory.ipynb #ed043613
-FAMILIES = ('long-context', 'flat', 'planar', 'hierarchical')
+FAMILIES = ('long-context', 'flat', 'planar', 'hierarchical', 'none')   # 'none': the no-memory control
 MEMORIES = Registry('memory')
 HISTORIES = Registry('history')   # builders of what a memory ingests per condition (`RunConfig.history`; the runner uses them)
 
@@ -27,6 +27,11 @@ class Memory:
     def add(self, session: Session) -> None: raise NotImplementedError
     def search(self, query: str, k: Optional[int]=None) -> list[Evidence]: raise NotImplementedError
     def reset(self) -> None: raise NotImplementedError
+    def readback(self, session_ids) -> list[Evidence]:
+        "The stored units written from the given sessions, in write order, each with score 1.0 (perfect retrieval); raises NotImplementedError when the memory keeps no provenance."
+        raise NotImplementedError(f'memory {self.name!r} keeps no provenance: it cannot read back the units written from given sessions')
+    @property
+    def supports_readback(self) -> bool: return type(self).readback is not Memory.readback   # overridden: records provenance
     def prepare(self) -> None:
         "Build now what the first search would build lazily (indexes, embeddings, graphs): construction time counts it."
     def add_all(self, sessions) -> None:
@@ -60,9 +65,20 @@ def make_memory(name: str, **kw) -> Memory:
 
 def check_parity(memories: list[Memory]) -> int:
     "Raise unless every retrieval memory returns the same number of evidence units; returns that k."
-    ks = [(m.name, m.k) for m in memories if m.family != 'long-context']
+    ks = [(m.name, m.k) for m in memories if m.family not in ('long-context', 'none')]
     if len({k for _, k in ks}) > 1: raise ValueError(f'returned-unit parity violated (seed 000 A.9): {ks}')
     return ks[0][1] if ks else None
+
+# %% ../nbs/02_memory.ipynb #a629db4a
+def readback_ids(session_ids # the target sessions' ids (one id may be given as a string)
+                ) -> frozenset:
+    "The ids `readback` is asked for, as a set (a string is one id, not its characters)."
+    return frozenset([session_ids] if isinstance(session_ids, str) else session_ids)
+
+def readback_units(units # (text, session_id, date, meta) of the read-back units, in write order
+                  ) -> list[Evidence]:
+    "Evidence of perfect retrieval: ranks 0..n-1 in write order, score 1.0 each."
+    return [Evidence(text=t, session_id=s, date=d, rank=r, score=1.0, meta=m) for r, (t, s, d, m) in enumerate(units)]
 
 # %% ../nbs/02_memory.ipynb #8b307a95
 def chunk_session(session: Session, # the session to split
@@ -114,6 +130,10 @@ class LongContextMemory(Memory):
             self.chunks.append((session.id, session.date, c)); self.n_tokens += count_tokens(c)
         while self.n_tokens > self.window_tokens and self.chunks:
             self.n_tokens -= count_tokens(self.chunks.pop(0)[2]); self.evicted += 1
+    def readback(self, session_ids) -> list[Evidence]:
+        "The window's chunks written from `session_ids`, in order (evicted chunks are gone)."
+        ids = readback_ids(session_ids)
+        return readback_units((c, sid, date, {'window_chunk': j}) for j, (sid, date, c) in enumerate(self.chunks) if sid in ids)
     def search(self, query: str, k: Optional[int]=None) -> list[Evidence]:
         if not self.chunks: return []
         parts, last, i = [], None, 0
@@ -124,3 +144,15 @@ class LongContextMemory(Memory):
         sids = list(dict.fromkeys(sid for sid, _, _ in self.chunks))
         return [Evidence(text='\n'.join(parts).strip(), session_id=sids[-1], rank=0, score=1.0, date=self.chunks[-1][1],
                          meta={'session_ids': sids, 'window': True})]
+
+# %% ../nbs/02_memory.ipynb #1f8b8d50
+@MEMORIES.register('none')
+class NullMemory(Memory):
+    "The no-memory control: stores nothing, finds nothing."
+    family, single_pass = 'none', True
+    def __init__(self): super().__init__(k=None)
+    def reset(self): pass
+    def add(self, session: Session): pass
+    def search(self, query: str, k: Optional[int]=None) -> list[Evidence]: return []
+    def readback(self, session_ids) -> list[Evidence]: return []
+    def snapshot(self): return NullMemory()

@@ -8,7 +8,7 @@ import copy, importlib.util, inspect, json, os, re
 from pathlib import Path
 from typing import Optional
 from .core import Session, Evidence, PosInt, NonNegFloat, UnitFloat
-from .memory import Memory, MEMORIES, terms
+from .memory import Memory, MEMORIES, terms, readback_ids, readback_units
 from .index import BM25Index, LRUCache, session_key, term_block, top_k
 
 # %% auto #0
@@ -38,6 +38,10 @@ def session_items(session: Session, # the session to extract from
     return ITEM_CACHE.get_or_compute(session_key(session, 'items-v1', tuple(roles)), make)
 
 # %% ../nbs/02c_planar.ipynb #4a9defcb
+def _sources(item: dict) -> list:
+    "An item's write receipts; an item checkpointed before memlab kept them has its first writer as its only source."
+    return item.setdefault('sources', [(item['session_id'], item['date'])])
+
 @MEMORIES.register('items')
 class ItemMemory(Memory):
     "Mem0-style planar memory: deduplicated sentence items, BM25 top-k per call, searched repeatedly by the agent."
@@ -52,14 +56,19 @@ class ItemMemory(Memory):
     def reset(self): self.items, self.toks, self._seen, self._index = [], [], {}, None
     def snapshot(self):
         self.prepare(); c = copy.copy(self)
-        c.items, c.toks, c._seen = [dict(i) for i in self.items], list(self.toks), dict(self._seen)   # `mentions` keeps counting
+        c.items = [dict(i, sources=list(_sources(i))) for i in self.items]   # `mentions` and `sources` keep growing
+        c.toks, c._seen = list(self.toks), dict(self._seen)
         return c
     def add(self, session: Session):
         for role, sent, ts in session_items(session, self.roles):
             key = frozenset(ts)
-            if self.dedup and key in self._seen: self.items[self._seen[key]]['mentions'] += 1; continue
+            if self.dedup and key in self._seen:
+                it = self.items[self._seen[key]]; it['mentions'] += 1
+                if _sources(it)[-1][0] != session.id: it['sources'].append((session.id, session.date))   # the merge's write receipt
+                continue
             self._seen[key] = len(self.items)
-            self.items.append(dict(text=f'{role}: {sent}', session_id=session.id, date=session.date, mentions=1))
+            self.items.append(dict(text=f'{role}: {sent}', session_id=session.id, date=session.date, mentions=1,
+                                   sources=[(session.id, session.date)]))
             self.toks.append(list(ts))
         self._index = None
     def prepare(self) -> None:
@@ -72,6 +81,13 @@ class ItemMemory(Memory):
         return [Evidence(text=self.items[j]['text'], session_id=self.items[j]['session_id'], date=self.items[j]['date'],
                          rank=r, score=float(sc[j]), meta={'item': int(j), 'mentions': self.items[j]['mentions']})
                 for r, j in enumerate(top_k(sc, k))]
+    def readback(self, session_ids) -> list[Evidence]:
+        "Each item written or merged from the given sessions, once, in write order, with the first such session."
+        ids, out = readback_ids(session_ids), []
+        for j, it in enumerate(self.items):
+            src = next((s for s in _sources(it) if s[0] in ids), None)
+            if src: out.append((it['text'], src[0], src[1], {'item': j, 'mentions': it['mentions']}))
+        return readback_units(out)
 
 # %% ../nbs/02c_planar.ipynb #3cad9393
 MEM0_INSTALLED = importlib.util.find_spec('mem0') is not None   # checked without importing mem0
@@ -113,10 +129,24 @@ class Mem0Memory(Memory):
         else: kw['user_id'] = self.user_id
         return kw
     def reset(self):
-        self._m.delete_all(**self._scoped(self._m.delete_all))
+        self._m.delete_all(**self._scoped(self._m.delete_all)); self.receipts = {}   # session id -> (date, ids it added or updated)
     def add(self, session: Session):
         msgs = [{'role': t.role, 'content': t.content} for t in session.turns]
-        self._m.add(msgs, user_id=self.user_id, infer=self.infer, metadata={'session_id': session.id, 'date': session.date})
+        res = self._m.add(msgs, user_id=self.user_id, infer=self.infer, metadata={'session_id': session.id, 'date': session.date})
+        rows = res.get('results', []) if isinstance(res, dict) else list(res or [])
+        ids = [r['id'] for r in rows if isinstance(r, dict) and r.get('event') in ('ADD', 'UPDATE') and r.get('id') is not None]
+        date, old = self.receipts.get(session.id, (session.date, []))
+        self.receipts[session.id] = (date, old + ids)
+    def readback(self, session_ids) -> list[Evidence]:
+        "Mem0's current memories the given sessions added or updated (their write receipts), once each, in write order."
+        want, seen, out = readback_ids(session_ids), set(), []
+        for sid, (date, ids) in self.receipts.items():
+            if sid not in want: continue
+            for i in ids:
+                if i in seen: continue
+                seen.add(i); row = self._m.get(i)
+                if row is not None: out.append((str(row.get('memory', '')), sid, date, {'memory_id': i}))   # None: deleted later
+        return readback_units(out)
     def search(self, query: str, k: Optional[int]=None) -> list[Evidence]:
         k = k or self.k; fn = self._m.search; ps = inspect.signature(fn).parameters
         kw = self._scoped(fn, **({'top_k': k} if 'top_k' in ps else {'limit': k}))

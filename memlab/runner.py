@@ -9,12 +9,12 @@ from collections import Counter
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Literal, Optional, Sequence
 import pandas as pd
 from pydantic import ConfigDict, Field, field_validator
 from .redact import redact, redact_obj
 import memlab
-from .core import (Record, Registry, Instance, Session, Query, Rollout, Score, stable_hash, canonical_json, count_tokens, TOKENIZER,
+from .core import (Record, Registry, Instance, Session, Query, Evidence, Rollout, Score, stable_hash, canonical_json, count_tokens, TOKENIZER,
                          validate_record, RecordError, load_yaml, validate_args, validate_params, check_dates, check_histories, PosInt,
                          load_plugins, project_root, progress_bar)
 from .memory import Memory, make_memory, chronological, check_parity, MEMORIES, HISTORIES   # HISTORIES: `history(instance, condition)` builders
@@ -25,14 +25,15 @@ import memlab.flat, memlab.planar, memlab.graph  # register the flat, planar and
 # Protocol packages (memlab.protocols.*) and third-party plugins register through the `memlab.plugins` entry points.
 
 # %% auto #0
-__all__ = ['SAFE_NAME', 'TRANSPORT_KEYS', 'DATASETS', 'DATASET_OPTIONS', 'ROLLOUT_KEY', 'SCORE_KEY', 'PACKAGES',
+__all__ = ['SAFE_NAME', 'TRANSPORT_KEYS', 'DATASETS', 'EVIDENCE', 'DATASET_OPTIONS', 'ROLLOUT_KEY', 'SCORE_KEY', 'PACKAGES',
            'PREFIX_MEMORIES', 'PASS_KEY', 'generation_spec', 'RunConfig', 'default_history', 'validate_config',
-           'check_dataset_spec', 'spec_name', 'hash_named', 'injected_params', 'output_dirs', 'StoreError',
-           'StoreWarning', 'lock_holder', 'writer_lock', 'ResultsStore', 'check_store', 'git_commit',
-           'package_versions', 'dataset_hash', 'file_sha256', 'make_manifest', 'chunking_info', 'check_instances',
-           'load_dataset', 'make_history', 'rollout_id', 'shared_policy', 'PrefixMemories', 'unit_memory', 'run_unit',
-           'frozen_heap', 'run_units_async', 'plan_units', 'deferred_signals', 'preflight', 'run', 'RunWarning',
-           'warn_no_tool_calls', 'error_summary', 'estimate', 'build_judge', 'judge_passes', 'score',
+           'check_dataset_spec', 'spec_name', 'hash_named', 'injected_params', 'check_access_params', 'checked_params',
+           'output_dirs', 'StoreError', 'StoreWarning', 'lock_holder', 'writer_lock', 'ResultsStore', 'check_store',
+           'git_commit', 'package_versions', 'dataset_hash', 'file_sha256', 'make_manifest', 'chunking_info',
+           'check_instances', 'load_dataset', 'make_history', 'rollout_id', 'shared_policy', 'PrefixMemories',
+           'unit_memory', 'unit_view', 'run_unit', 'frozen_heap', 'run_units_async', 'plan_units', 'EvidenceView',
+           'target_units', 'search_setting', 'readback_setting', 'SplitHistory', 'deferred_signals', 'preflight', 'run',
+           'RunWarning', 'warn_no_tool_calls', 'error_summary', 'estimate', 'build_judge', 'judge_passes', 'score',
            'with_question_gold', 'results_frame', 'read_hypotheses', 'score_hypotheses']
 
 # %% ../nbs/07_runner.ipynb #eca9aed1
@@ -96,6 +97,8 @@ def default_history(instance: Instance, condition: dict) -> list[Session]:
 def _default_history(instances: Optional[list]=None) -> Callable:
     return default_history
 
+EVIDENCE = Registry('evidence')   # what the answer step reads under a condition's 'evidence' setting (`evidence_view`)
+
 def _check_spec(registry, spec, where: str, source: str,
                 partial: bool=False # arguments the runner supplies (a judge's `complete`) may be missing
                ) -> dict:
@@ -118,6 +121,14 @@ def validate_config(cfg: 'RunConfig', source: str='<config>') -> 'RunConfig':
     _check_spec(JUDGES, j, 'judge', source, partial='backend' in cfg.judge)
     if isinstance(cfg.judge.get('backend'), dict): _check_spec(BACKENDS, cfg.judge['backend'], 'judge.backend', source)
     _check_spec(HISTORIES, cfg.history, 'history', source)
+    for i, c in enumerate(cfg.conditions):
+        if 'evidence' not in c: continue
+        ev = EVIDENCE.get(c['evidence']) if isinstance(c['evidence'], str) else None
+        if ev is None: raise RecordError(f"{source}: field 'conditions.{i}.evidence': unknown evidence setting {c['evidence']!r}; registered: {sorted(EVIDENCE)}")
+        if getattr(ev, 'needs_readback', False):
+            bad = [m['name'] for m in cfg.memories if MEMORIES[m['name']].readback is Memory.readback]
+            if bad: raise RecordError(f"{source}: field 'conditions.{i}.evidence': {c['evidence']!r} reads stored units back by session, "
+                                      f"and memory {bad[0]!r} keeps no provenance (no `readback`)")
     if 'kind' in cfg.dataset: check_dataset_spec(cfg.dataset, source)   # without a kind it only labels given instances
     return cfg
 
@@ -169,6 +180,33 @@ def injected_params(sources: Sequence[str] # executed cell sources, e.g. IPython
         except SyntaxError: continue
         out += [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)]
     return list(dict.fromkeys(out))
+
+def check_access_params(backend: str, # 'offline' or a registered backend name
+                        base_url: Optional[str], # a server's URL
+                        run_name: Optional[str] # a run's folder name
+                       ):
+    "The checks every section makes of its backend, base_url and run_name parameters (a ValueError naming the parameter)."
+    from memlab.llm import BACKENDS
+    if backend != 'offline' and backend not in BACKENDS:
+        raise ValueError(f"backend: must be 'offline' or one of {sorted(BACKENDS)}, got {backend!r}")
+    if base_url is not None and not base_url.startswith(('http://', 'https://')):
+        raise ValueError(f'base_url: must be an http(s) URL, got {base_url!r}')
+    if run_name is not None and (not run_name or run_name in ('.', '..') or '/' in run_name or '\\' in run_name):
+        raise ValueError(f'run_name: must be a folder name, got {run_name!r}')
+
+def checked_params(model: type, # a section's parameter Record (strict, extra='forbid')
+                   section: str, # the section's name, for the message
+                   params: dict # the notebook's values
+                  ):
+    "`model(**params)`, or one ValueError line naming the first bad parameter."
+    from pydantic import ValidationError
+    try: return model(**params)
+    except ValidationError as e:
+        err = e.errors()[0]
+        msg = err['msg'].removeprefix('Value error, ')
+        if not err['loc']: raise ValueError(f'{section} parameter {msg}') from None       # a check across parameters names its own
+        got = '' if err['type'] in ('value_error', 'extra_forbidden') else f' (got {err["input"]!r})'
+        raise ValueError(f"{section} parameter {'.'.join(map(str, err['loc']))}: {msg}{got}") from None
 
 def output_dirs(section: str, # section name, e.g. 'walkthrough'
                 out_root: Optional[str|Path]=None # default: $MEMLAB_OUT, else build/ under the project root
@@ -425,11 +463,14 @@ def dataset_hash(instances: list[Instance]) -> str:
     return stable_hash([i.model_dump(mode='json') for i in instances], n=64)
 
 def file_sha256(path: str|Path) -> str:
-    "sha256 of a data file, streamed."
+    "sha256 of a data file, streamed; of a folder (a released layout): of every file's relative path and bytes, in path order."
     import hashlib
-    h = hashlib.sha256()
-    with open(path, 'rb') as f:
-        for b in iter(lambda: f.read(1 << 20), b''): h.update(b)
+    h, path = hashlib.sha256(), Path(path)
+    files = sorted(p for p in path.rglob('*') if p.is_file()) if path.is_dir() else [path]
+    for p in files:
+        if path.is_dir(): h.update(p.relative_to(path).as_posix().encode() + b'\0')
+        with open(p, 'rb') as f:
+            for b in iter(lambda: f.read(1 << 20), b''): h.update(b)
     return h.hexdigest()
 
 def make_manifest(cfg: RunConfig, instances: list[Instance], policies: list, memories: list,
@@ -572,16 +613,32 @@ def unit_memory(inst: Instance, cond: dict, mspec: dict, history: Callable, memo
         ck = MemoryCheckpoint(memory_dir); mem, status = ck.get_or_build(mspec, history(inst, cond)); loaded = status == 'loaded'
     return mem, (time.perf_counter() - t if memory_dir is None or loaded else ck.build_s), loaded   # construction only, not the save
 
+def unit_view(inst: Instance, # the unit's instance
+              cond: dict, # its condition: an 'evidence' key names a registered setting (`EVIDENCE`)
+              mem: Memory, # the memory holding the unit's history
+              history: Callable # sessions for (instance, condition): what the memory ingested
+             ) -> Optional[Callable]:
+    "query -> what the policy searches under the condition's evidence setting; None when the condition names none (the memory itself)."
+    if 'evidence' not in cond: return None
+    setting, sessions = EVIDENCE[cond['evidence']], history(inst, cond)
+    return lambda q: setting(mem, q, inst, sessions)
+
 class _Rollout:
     "One rollout of a unit being made: its identifiers, then its record from the loop's result or error."
-    def __init__(self, cfg: RunConfig, h: str, inst: Instance, cond: dict, mspec: dict, mem, ingest: tuple, item: tuple):
+    def __init__(self, cfg: RunConfig, h: str, inst: Instance, cond: dict, mspec: dict, mem, ingest: tuple, item: tuple,
+                 view: Optional[Callable]=None # query -> what the policy searches (`unit_view`); None: the memory itself
+                ):
         qi, pi, s, attempt = item
         self.q, self.pspec, self.mem, self.sample, self.max_steps, self.ingest = inst.queries[qi], cfg.policies[pi], mem, s, cfg.max_steps, ingest
+        self.view = view
         self.base = dict(rollout_id=rollout_id(h, inst.id, self.q.id, self.pspec, mspec, cond, s), run_id=cfg.name, config_hash=h,
                          section=cfg.section, dataset=cfg.dataset.get('name', cfg.dataset.get('kind', 'unnamed')),
                          instance_id=inst.id, query_id=self.q.id, qtype=self.q.qtype, question=self.q.question, gold=self.q.answers,
                          policy=spec_name(self.pspec), policy_label='', memory=spec_name(mspec), memory_family=mem.family, k=mem.k,
                          condition=cond, sample=s, max_steps=cfg.max_steps, attempt=attempt)
+    def searched(self):
+        "What the policy searches: the memory, or the condition's evidence view of it for this query (built inside the rollout: a failure is its error)."
+        return self.mem if self.view is None else self.view(self.q)
     def policy(self):
         "The shared policy object; the rollout's clock starts here (not while it waited for a slot)."
         self.t = time.perf_counter()
@@ -597,11 +654,11 @@ class _Rollout:
         done = dict(trajectory=p.trajectory, n_calls=p.n_calls, capped=p.capped, usage=p.trajectory.usage) if p else {}
         return Rollout(**self.base, error=redact(f'{type(e).__name__}: {e}'), timings=dict(total_s=time.perf_counter() - self.t), **done)
     def run(self) -> Rollout:
-        try: return self.done(run_loop(self.policy(), self.mem, self.q.view(), max_steps=self.max_steps, sample=self.sample))
+        try: return self.done(run_loop(self.policy(), self.searched(), self.q.view(), max_steps=self.max_steps, sample=self.sample))
         except Exception as e: return self.failed(e)
     async def arun(self) -> Rollout:
         "`run` as a coroutine: the policy's model calls are awaited on the event loop."
-        try: return self.done(await arun_loop(self.policy(), self.mem, self.q.view(), max_steps=self.max_steps, sample=self.sample))
+        try: return self.done(await arun_loop(self.policy(), self.searched(), self.q.view(), max_steps=self.max_steps, sample=self.sample))
         except Exception as e: return self.failed(e)
 
 def run_unit(cfg: dict, # RunConfig as a dict (picklable)
@@ -616,8 +673,9 @@ def run_unit(cfg: dict, # RunConfig as a dict (picklable)
     "Ingest one history into one memory and run the unit's rollouts; errors are stored on their rollouts."
     cfg = RunConfig.model_validate(cfg); h, out = cfg.config_hash, []
     mem, *ingest = unit_memory(inst, cond, mspec, history, memory_dir)
+    view = unit_view(inst, cond, mem, history)
     for item in todo:
-        out.append(r := _Rollout(cfg, h, inst, cond, mspec, mem, ingest, item).run())
+        out.append(r := _Rollout(cfg, h, inst, cond, mspec, mem, ingest, item, view).run())
         if sink: sink(r)
     return out
 
@@ -662,7 +720,8 @@ def run_units_async(cfg: dict, # RunConfig as a dict
             for inst, cond, mspec, todo in units:
                 while n_out > 2 * window: take()      # memories are built only as fast as their rollouts finish
                 mem, *ingest = unit_memory(inst, cond, mspec, history, memory_dir)
-                rs = [_Rollout(cfg, h, inst, cond, mspec, mem, ingest, item) for item in todo]
+                view = unit_view(inst, cond, mem, history)
+                rs = [_Rollout(cfg, h, inst, cond, mspec, mem, ingest, item, view) for item in todo]
                 units_running.append(asyncio.run_coroutine_threadsafe(unit(rs), loop)); n_out += len(rs)
             while n_out: take()
         finally:                                      # interrupted: keep what finished, cancel the rest
@@ -687,6 +746,58 @@ def plan_units(cfg: RunConfig, instances: list[Instance],
                         if (a := next_attempt(rollout_id(h, inst.id, q.id, p, mspec, cond, s))) is not None]
                 if todo: units.append((inst, cond, mspec, todo))
     return units
+
+# %% ../nbs/07_runner.ipynb #855568c0
+class EvidenceView(Memory):
+    "What the answer step searches under an evidence setting: one retrieval, of fixed units or of the memory's own search."
+    single_pass = True                      # every system and setting gets one answer step (seed 003, 4.1)
+    def __init__(self, memory: Memory, # the memory holding the history
+                 units: Optional[list]=None, # fixed units (readback, an oracle transcript); None: the memory's search
+                 setting: str='search' # the setting's name, kept in each unit's meta
+                ):
+        self.memory, self.units, self.setting, self.k, self.family = memory, units, setting, memory.k, memory.family
+    @property
+    def name(self) -> str: return self.memory.name
+    def search(self, query: str, k: Optional[int]=None) -> list[Evidence]:
+        if self.units is None: return self.memory.search(query, k)
+        return [u.model_copy(update={'meta': {**u.meta, 'setting': self.setting}}) for u in self.units]
+
+def target_units(query: Query, # the query: its `evidence` names the target sessions
+                 sessions: list[Session] # what the memory ingested (a split history's units carry `meta['source_session']`)
+                ) -> list[str]:
+    "Ids of the ingested sessions written from the query's target sessions, in ingestion order."
+    want = set(query.evidence)
+    return [s.id for s in sessions if s.meta.get('source_session', s.id) in want]
+
+@EVIDENCE.register('search')
+def search_setting(mem: Memory, query: Query, inst: Instance, sessions: list[Session]) -> Memory:
+    "Default: the memory's own retrieval on the query, once, top-k of the memory spec."
+    return EvidenceView(mem)
+
+def readback_setting(mem: Memory, query: Query, inst: Instance, sessions: list[Session]) -> Memory:
+    "Perfect retrieval: every unit the memory stored from the query's target sessions (`Memory.readback`), score 1.0."
+    return EvidenceView(mem, mem.readback(target_units(query, sessions)), 'readback')
+readback_setting.needs_readback = True      # `validate_config` refuses memories without provenance
+EVIDENCE.register('readback')(readback_setting)
+
+# %% ../nbs/07_runner.ipynb #eddd26c7
+class SplitHistory:
+    "Sessions cut into ingestion units: whole sessions, single messages, or batches of n messages (each unit keeps its session's id in `meta['source_session']`)."
+    def __init__(self, unit: str='session', # 'session' | 'message' | 'batch'
+                 n: PosInt=4 # messages per batch (unit 'batch')
+                ):
+        if unit not in ('session', 'message', 'batch'): raise ValueError(f"unit must be 'session', 'message' or 'batch', got {unit!r}")
+        self.unit, self.n = unit, n
+    def info(self) -> dict: return dict(name='split', unit=self.unit, n=self.n)
+    def __call__(self, instance: Instance, condition: dict) -> list[Session]:
+        if self.unit == 'session': return [s.model_copy(update={'meta': {**s.meta, 'source_session': s.id}}) for s in instance.sessions]
+        size = 1 if self.unit == 'message' else self.n
+        return [Session(id=f'{s.id}#{j // size}', date=s.date, turns=s.turns[j:j + size], meta={**s.meta, 'source_session': s.id})
+                for s in instance.sessions for j in range(0, len(s.turns), size)]
+
+@HISTORIES.register('split')
+def _split_history(instances: Optional[list]=None, unit: Literal['session', 'message', 'batch']='session', n: PosInt=4) -> Callable:
+    return SplitHistory(unit, n)
 
 # %% ../nbs/07_runner.ipynb #20f43c48
 @contextmanager

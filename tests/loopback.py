@@ -113,8 +113,24 @@ _LME = re.compile(r'Correct Answer:[ \t]*(.*?)\n[ \t]*\n[ \t]*Model Response:[ \
 
 _MEMTRACE = re.compile(r'Reference answer:[ \t]*(.*?)\nResponse:[ \t]*(.*?)\n[ \t]*\nDefinitions:', re.S)
 
+_SUBTLE_JUDGE = re.compile(r'Accepted correct answers:\n(.*?)\n\nKnown incorrect answers:\n.*?\n\nGenerated answer:\n(.*?)\n\nFacts:', re.S)
+_SUBTLE_CONTEXT = re.compile(r'# CONTEXT\n(.*?)\n\n# INSTRUCTIONS', re.S)
+
+def subtle_answer(prompt: str) -> str:
+    "Fake SubtleMemory answer model: memlab's strong offline relation reader over the prompt's context."
+    from memlab.core import Evidence
+    from memlab.protocols.subtle.answer import relation_answer, evidence_sentences, RELATION_TIERS
+    ctx = _SUBTLE_CONTEXT.search(prompt)[1]
+    q = prompt.rsplit('Question:', 1)[1].split('\n')[0].strip()
+    return relation_answer(q, evidence_sentences([Evidence(text=ctx, session_id='ctx', rank=0)]), RELATION_TIERS['strong'])
+
 def judge_reply(prompt: str) -> str:
-    "Fake judge: seed-000 A.3 JSON label, LongMemEval yes/no, the MemTrace rubric's JSON, else 'OK'."
+    "Fake judge: the SubtleMemory judge's JSON, seed-000 A.3 JSON label, LongMemEval yes/no, the MemTrace rubric's JSON, else 'OK'."
+    m = _SUBTLE_JUDGE.search(prompt)
+    if m:
+        ok = any(_contains(a.removeprefix('- '), m[2]) for a in m[1].split('\n'))
+        return json.dumps({'reason': 'fake', 'label': 'CORRECT' if ok else 'WRONG'})
+    if _SUBTLE_CONTEXT.search(prompt) and prompt.rstrip().endswith('Answer:'): return subtle_answer(prompt)
     m = _MEMTRACE.search(prompt)
     if m:
         ok = any(_contains(g, m[2]) for g in m[1].split(' | '))

@@ -2,20 +2,16 @@
 the loopback server, its questions rephrased by a model (leakage-checked), judged by the memtrace-llm rubric and rescored by a second judge (appendix D), and the key
 appears nowhere in what it writes. A bad parameter is one line naming it, before any work.
 """
-import json, os, subprocess, sys
+import json, os
 from pathlib import Path
 import pandas as pd
 from loopback import LoopbackServer
+from section_runner import papermill_section
 
-ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = ROOT / 'nbs' / 'sections'
 FAKE_KEY = 'sk-memlab-memtrace-DO-NOT-LEAK-51ab'
 
 
-def papermill(out_nb: Path, env: dict, *params) -> subprocess.CompletedProcess:
-    args = [sys.executable, '-m', 'papermill', '-k', 'python3', '--cwd', str(SECTIONS), str(SECTIONS / 'memtrace.ipynb'), str(out_nb)]
-    for k, v in params: args += ['-p', k, v] if isinstance(v, str) else ['-y', f'{k}: {json.dumps(v)}']
-    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+def papermill(out_nb: Path, env: dict, *params): return papermill_section('memtrace', out_nb, env, *params)
 
 
 def test_memtrace_with_openai_backend_two_judges_and_no_key_leak(tmp_path):

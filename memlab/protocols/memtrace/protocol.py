@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any, Literal, Optional
-from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 from ...core import Instance, Record, PosInt, NonNegInt
-from ...runner import DATASETS
+from ...runner import DATASETS, checked_params, check_access_params
 from .data import (load_halumem, synth_halumem, window_instances, KP_GROUPS, PERSONS)
 from .views import oracle_instances
 import memlab.protocols.memtrace.scoring  # noqa: F401  (registers the MemTrace judges and their labels)
@@ -133,7 +133,6 @@ class MemTraceParams(Record):
     def _consistent(self):
         from memlab.memory import MEMORIES
         from memlab.reader import TIERS
-        from memlab.llm import BACKENDS
         import memlab.planar, memlab.graph  # noqa: F401
         if self.dataset == 'halumem':
             if not self.data_path: raise ValueError("data_path: dataset 'halumem' needs a HaluMem JSONL file")
@@ -143,22 +142,12 @@ class MemTraceParams(Record):
             if m not in MEMORIES: raise ValueError(f'memories: unknown memory {m!r}; known: {sorted(MEMORIES)}')
         for t in self.tiers:
             if t not in TIERS: raise ValueError(f'tiers: unknown tier {t!r}; known: {sorted(TIERS)}')
-        if self.backend != 'offline' and self.backend not in BACKENDS:
-            raise ValueError(f"backend: must be 'offline' or one of {sorted(BACKENDS)}, got {self.backend!r}")
-        if self.base_url is not None and not self.base_url.startswith(('http://', 'https://')):
-            raise ValueError(f'base_url: must be an http(s) URL, got {self.base_url!r}')
-        rn = self.run_name
-        if rn is not None and (not rn or rn in ('.', '..') or '/' in rn or '\\' in rn): raise ValueError(f'run_name: must be a folder name, got {rn!r}')
+        check_access_params(self.backend, self.base_url, self.run_name)
         return self
 
 MEMTRACE_PARAMS = {n: f.get_default(call_default_factory=True) for n, f in MemTraceParams.model_fields.items()}
 
 def check_params(**params) -> MemTraceParams:
     "The section's parameters, checked: one ValueError line naming the first bad one."
-    try: return MemTraceParams(**params)
-    except ValidationError as e:
-        err = e.errors()[0]
-        msg = err['msg'].removeprefix('Value error, ')
-        if not err['loc']: raise ValueError(f'memtrace parameter {msg}') from None       # a check across parameters names its own
-        got = '' if err['type'] in ('value_error', 'extra_forbidden') else f' (got {err["input"]!r})'
-        raise ValueError(f"memtrace parameter {'.'.join(map(str, err['loc']))}: {msg}{got}") from None
+    return checked_params(MemTraceParams, 'memtrace', params)
+

@@ -132,7 +132,7 @@ def inspect_subtlememory(path: str|Path, # a persona folder or the folder of per
 SYNTH_CASES = {   # subtype -> (relation type, templates); {a}, {b} are drawn values; the user states each line in its own session
     'K>1': ('complementary', dict(
         values=[('Mondays', 'Thursdays'), ('Tuesdays', 'Saturdays'), ('Wednesdays', 'Sundays')],
-        say=['For my training plan: I swim every week on {a}.', 'Also part of my routine: I run intervals on {b}.'],
+        say=['For my training plan I swim every week on {a}.', 'My training plan also has interval runs on {b}.'],
         ask=['On which days do I train each week?', 'Which weekdays hold my swim and run sessions?', 'What are my weekly training days?'],
         correct=['{a} (swimming) and {b} (running)'], incorrect=['Only {a}', 'Only {b}'])),
     'K=1': ('complementary', dict(
@@ -177,7 +177,8 @@ PERSONAS = (('Lars Henriksen', 'A professional biathlete preparing for competiti
 
 def synth_persona(seed: int, # the persona's seed
                   n_unrelated: int=30, # ordinary sessions that carry no variant
-                  turns: int=6 # turns per session
+                  turns: int=6, # turns per session
+                  n_sets: int=1 # variant sets per case (the release: about 50 instances per persona; 9 cases x 6 sets = 54)
                  ) -> tuple[list[dict], list[dict]]:
     "(bench_instances, history_sessions) of one persona in the released layout: every subtype, user-related and not, scattered."
     rng = random.Random(f'memlab.subtle.synth:{seed}')
@@ -186,7 +187,7 @@ def synth_persona(seed: int, # the persona's seed
     planted, instances = [], []
     cases = [(sub, 'user-related', SYNTH_CASES[sub][1]) for sub in SYNTH_CASES] + \
             [(sub, 'user-unrelated', {**SYNTH_CASES[sub][1], **UNRELATED[sub]}) for sub in UNRELATED]
-    for j, (sub, source, t) in enumerate(cases):
+    for j, (sub, source, t) in enumerate(cases * n_sets):
         a, b = rng.choice(t['values'])
         case_id = f"{'related' if source == 'user-related' else 'unrelated'}-synth-{seed:02d}{j:02d}"
         sids = [f'{case_id}-s{k + 1}' for k in range(len(t['say']))]
@@ -221,12 +222,13 @@ def write_subtlememory(folder: str|Path, # where persona_*/ folders are written
                        n_personas: int=2, # personas
                        n_unrelated: int=30, # ordinary sessions per persona
                        turns: int=6, # turns per session
-                       seed: int=0 # personas get seeds seed, seed + 1, ...
+                       seed: int=0, # personas get seeds seed, seed + 1, ...
+                       n_sets: int=1 # variant sets per case (`synth_persona`)
                       ) -> Path:
     "A SubtleMemory-layout folder of synthetic personas (read it with `load_subtlememory`)."
     folder = Path(folder)
     for p in range(n_personas):
-        inst, sess = synth_persona(seed + p, n_unrelated, turns)
+        inst, sess = synth_persona(seed + p, n_unrelated, turns, n_sets)
         d = folder / f'persona_{seed + p}'; d.mkdir(parents=True, exist_ok=True)
         (d / 'bench_instances.json').write_text(json.dumps(inst, ensure_ascii=False, indent=1))
         (d / 'history_sessions.json').write_text(json.dumps(sess, ensure_ascii=False, indent=1))
