@@ -34,6 +34,16 @@ CASES = {
     'mab-one-agent-one-family': ('memoryagentbench', "agents: [bm25]\nfamilies: [ruler_qa1]\nablation_families: [ruler_qa1]\ntopk_ablation: [2]\n"
                                                      "chunk_sizes: [512]\ncontext_lengths: [2000]\ncontext_tokens: 2000\nquestions_per_context: 3\nn_resamples: 50"),
 }
+CASES.update({
+    'subtlememory-defaults': ('subtlememory', ''),
+    'subtlememory-fixture-by-message': ('subtlememory', f"dataset: released\ndata_path: {FX / 'subtlememory'}\ngranularity: message\n"
+                                                        "memories: [items, long-context]\nwindow_tokens: 300\ntiers: [weak]\nn_resamples: 50"),
+    'subtlememory-batches-no-oracle': ('subtlememory', "settings: [perfect, default]\ngranularity: batch\nbatch: 3\nmemories: [bm25]\n"
+                                                       "tiers: [medium]\nn_personas: 1\nn_unrelated: 10\nn_resamples: 50"),
+})
+SUBTLE_EXCERPT = ROOT.parent / 'shared' / 'fixtures' / 'subtlememory'   # real format (may be absent)
+if SUBTLE_EXCERPT.exists():
+    CASES['subtlememory-real-excerpt'] = ('subtlememory', f"dataset: released\ndata_path: {SUBTLE_EXCERPT}\nk: 5\nn_resamples: 50")
 if HALUMEM_EXCERPT.exists():
     CASES['memtrace-real-excerpt'] = ('memtrace', f"dataset: halumem\ndata_path: {HALUMEM_EXCERPT}\nn_resamples: 50")
 
@@ -124,3 +134,29 @@ def test_memtrace_reads_halumem_files_end_to_end(runs):
         assert {'table2_kps.csv', 'table3_maintenance.csv', 'table4_conditions.csv', 'table5_reach_use.csv'} <= {p.name for p in res.glob('*.csv')}
         kps = pd.read_csv(res / 'table2_kps.csv')
         assert kps['KPs'].sum() > 0 and set(kps['kp_group']) == {'static', 'dynamic', 'preference', 'conflict', 'boundary'}
+
+
+def test_default_offline_subtlememory_run_locates_failures_in_the_right_stage(runs):
+    """Seed 003's waterfall on the default offline run (checked here, never in the notebook): the long-context window evicts
+    early sessions, so preservation fails there and only there; the hashed dense memory retrieves the variants less often
+    than BM25; and the strong tier, which reads anchors and asks for clarification, beats the weak one under oracle."""
+    _, res, _ = runs['subtlememory-defaults']
+    wf = pd.read_csv(res / 'waterfall.csv')
+    ov = wf[(wf['scope'] == 'overall') & (wf['model'] == 'reader-strong')].assign(mem=lambda d: d['memory'].str.replace(r'\[.*', '', regex=True))
+    r = ov.set_index('mem')
+    assert (r.drop(index='long-context')['r_pres'] == 1.0).all() and r.loc['long-context', 'r_pres'] < 0.9, r[['r_pres', 'r_ret']]
+    assert r.loc['dense', 'r_ret'] < r.loc['bm25', 'r_ret'], r[['r_pres', 'r_ret']]
+    t3 = pd.read_csv(res / 'table3_accuracy.csv')
+    orc = t3[t3['memory'] == 'oracle'].set_index('model')['overall']
+    assert orc['reader-strong'] > orc['reader-medium'] > orc['reader-weak'], orc
+    d3 = pd.read_csv(res / 'tableD3_paired.csv').set_index('model')
+    assert d3.loc['reader-strong', 'diff'] > 0 and d3.loc['reader-strong', 'b'] > d3.loc['reader-strong', 'c'], d3
+
+
+def test_subtlememory_reads_released_layouts_end_to_end(runs):
+    "memlab's fixtures (ingested by message) and the real-format excerpt go through the whole section."
+    for n in [n for n in ('subtlememory-fixture-by-message', 'subtlememory-real-excerpt') if n in runs]:
+        _, res, _ = runs[n]
+        assert {'table3_accuracy.csv', 'waterfall.csv', 'tableD5_perfect_retrieval.csv', 'table2_calibration.csv', 'tableD3_paired.csv'} <= {p.name for p in res.glob('*.csv')}
+    _, res, _ = runs['subtlememory-batches-no-oracle']
+    assert 'waterfall.csv' not in {p.name for p in res.glob('*.csv')} and (res / 'tableD5_perfect_retrieval.csv').exists()

@@ -1,9 +1,9 @@
 """A released-size SubtleMemory persona through five memories x three settings, offline (issue 14, item 7): prints figures
 (this is not a timed test).
 
-    .venv/bin/python tests/benchmarks/bench_subtle_settings.py [--unrelated 128] [--turns 68] [--sets 6] [--embedder hash-embed]
+    .venv/bin/python tests/benchmarks/bench_subtle_settings.py [--unrelated 126] [--turns 68] [--sets 5] [--embedder hash-embed]
 
-One synthetic persona at the release's size (236 sessions, about 210K tokens, 162 queries; the release: 236 sessions,
+One synthetic persona at the release's size (236 sessions, about 210K tokens, 165 queries; the release: 236 sessions,
 212K tokens, 150 queries), the section's five memories (top-k 20), the strong offline reader, the offline judge. Printed:
 the wall time of each run (oracle; perfect + default), the seconds spent ingesting (per memory: the unit that built it,
 and the snapshot the second setting got), answering (the rollouts' policy and memory time) and judging, and the
@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument('--unrelated', type=int, default=128); ap.add_argument('--turns', type=int, default=68)
-    ap.add_argument('--sets', type=int, default=6); ap.add_argument('--embedder', default='hash-embed')
+    ap.add_argument('--unrelated', type=int, default=126); ap.add_argument('--turns', type=int, default=68)
+    ap.add_argument('--sets', type=int, default=5); ap.add_argument('--embedder', default='hash-embed')
     ap.add_argument('--tier', default='strong')
     a = ap.parse_args()
     import pandas as pd

@@ -17,7 +17,8 @@ from ...runner import EVIDENCE, EvidenceView
 # %% auto #0
 __all__ = ['V1_CONCISE', 'V2_CONFLICT_AUDITOR', 'ANSWER_PROMPTS', 'PROMPT_NAMES', 'RELATION_TIERS', 'CLARIFY', 'answer_prompt',
            'oracle_transcript', 'oracle_setting', 'format_context', 'clean_answer', 'SubtleAnswerModel', 'RelationTier',
-           'evidence_sentences', 'stated_time', 'anchored', 'parallel', 'relation_answer', 'SubtleReader']
+           'evidence_sentences', 'stated_time', 'anchored', 'distinguished', 'parallel', 'relation_answer',
+           'SubtleReader']
 
 # %% ../../../nbs/protocols/subtle/02_answer.ipynb #475c6bcb
 V1_CONCISE = """You are a helpful personal assistant. You are very good at distinguishing detailed conflicts and relationships in memory, then using those memories to answer questions or complete tasks.
@@ -202,6 +203,13 @@ def anchored(question: str, # the query
     hit = [o for o in options if cond & o[0].terms]
     return hit[0] if len(hit) == 1 else None
 
+def distinguished(content: list[str], # the question's content terms
+                  options: list[tuple] # (sentence, value) pairs that say the same slot
+                 ) -> Optional[tuple]:
+    "The one parallel statement holding question terms no other holds (the robotics course, not the data science one), or None."
+    own = [o for o in options if set(content) & o[0].terms - set().union(*(p[0].terms for p in options if p is not o))]
+    return own[0] if len(own) == 1 else None
+
 def parallel(a: Sentence, b: Sentence, va: str, vb: str) -> bool:
     "The same slot said twice: without their values, the statements share at least half their terms."
     x, y = a.terms - set(terms(va)), b.terms - set(terms(vb))
@@ -231,6 +239,7 @@ def relation_answer(question: str, # the query
     if len(opts) == 1 or not (tier.aggregate or tier.anchors or tier.latest): return opts[0][1]
     if tier.anchors and (hit := anchored(question, opts)): return f'{hit[1]} ({hit[0].text})'
     clash = any(parallel(a, b, va, vb) for i, (a, va) in enumerate(opts) for b, vb in opts[i + 1:])
+    if clash and tier.anchors and (hit := distinguished(qi.content, opts)): return f'{hit[1]} ({hit[0].text})'
     if clash and tier.clarify:
         return f"{CLARIFY} The context gives conflicting remembered answers: {' and '.join(v for _, v in opts)}."
     if clash or (tier.latest and not tier.aggregate):

@@ -165,6 +165,11 @@ UNRELATED = {   # the same subtypes about things that are not the user (source '
     'K>1': dict(say=['The community pool opens for lap swimming on {a}.', 'The same pool adds a second lap-swim slot on {b}.'],
                 ask=['On which days does the community pool offer lap swimming?', 'What are the lap-swim days at the pool?',
                      'Which days can one swim laps at the community pool?']),
+    'any_one': dict(say=['The regional rail office is located in {a}, next to the station.', 'The regional rail office in {a} handles all ticket refunds.'],
+                    ask=['Where is the regional rail office?', 'In which city is the regional rail office?', 'What city hosts the regional rail office?']),
+    'Context': dict(say=["The university's data science course is taught in {a}.", "The university's robotics course is taught in {b}."],
+                    ask=['Which language is the robotics course taught in?', 'For the robotics course, which language do students use?',
+                         'In the robotics course, what language is used?']),
     'Temporal': dict(say=['Until 2024 the city library closed at 18:00 and used the {a} catalogue.',
                           'Since January 2025 the city library uses the {b} catalogue.'],
                      ask=['Which catalogue does the city library use now?', 'What catalogue system is the library on today?',
@@ -178,7 +183,7 @@ PERSONAS = (('Lars Henriksen', 'A professional biathlete preparing for competiti
 def synth_persona(seed: int, # the persona's seed
                   n_unrelated: int=30, # ordinary sessions that carry no variant
                   turns: int=6, # turns per session
-                  n_sets: int=1 # variant sets per case (the release: about 50 instances per persona; 9 cases x 6 sets = 54)
+                  n_sets: int=1 # variant sets per case (11 cases; the release: about 50 instances per persona, 5 sets: 55)
                  ) -> tuple[list[dict], list[dict]]:
     "(bench_instances, history_sessions) of one persona in the released layout: every subtype, user-related and not, scattered."
     rng = random.Random(f'memlab.subtle.synth:{seed}')

@@ -91,7 +91,7 @@ class SubtleParams(Record):
     n_personas: PosInt = 2                   # generator: personas
     n_unrelated: NonNegInt = 40              # generator: ordinary sessions per persona
     turns: PosInt = 6                        # generator: turns per session
-    n_sets: PosInt = 1                       # generator: variant sets per case (9 cases; the release: about 50 instances per persona)
+    n_sets: PosInt = 1                       # generator: variant sets per case (11 cases; the release: about 50 instances per persona)
     memories: list[str] = Field(default_factory=lambda: ['long-context', 'bm25', 'dense', 'items', 'ppr-graph'], min_length=1)
     embedder: str = 'hash-embed'             # the dense and hybrid memories' embedder (full run: all-MiniLM-L6-v2)
     k: PosInt = 20                           # top-k of the default setting (paper Table 9: 20)
