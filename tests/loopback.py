@@ -143,6 +143,42 @@ def judge_reply(prompt: str) -> str:
     if m: return 'yes' if _contains(m[1], m[2]) else 'no'
     return 'OK'
 
+def tool_sequence_error(kind: str, messages: list) -> Optional[str]:
+    "The error the real API returns for a message list whose tool calls and results do not pair up (None when they do)."
+    if kind == 'openai':
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict): continue
+            if m.get('role') == 'tool':
+                j = i - 1
+                while j >= 0 and messages[j].get('role') == 'tool': j -= 1
+                ids = [c.get('id') for c in (messages[j].get('tool_calls') or [])] if j >= 0 and messages[j].get('role') == 'assistant' else []
+                if m.get('tool_call_id') not in ids:
+                    return f"Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'."
+            if m.get('role') == 'assistant' and m.get('tool_calls'):
+                got, j = set(), i + 1
+                while j < len(messages) and messages[j].get('role') == 'tool': got.add(messages[j].get('tool_call_id')); j += 1
+                missing = [c.get('id') for c in m['tool_calls'] if c.get('id') not in got]
+                if missing:
+                    return ("An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. "
+                            f"The following tool_call_ids did not have response messages: {', '.join(missing)}")
+        return None
+    blocks = lambda m, t: [b for b in (m.get('content') if isinstance(m.get('content'), list) else []) if isinstance(b, dict) and b.get('type') == t]
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict): continue
+        uses = [b.get('id') for b in blocks(messages[i - 1], 'tool_use')] if i > 0 and messages[i - 1].get('role') == 'assistant' else []
+        for b in blocks(m, 'tool_result'):
+            if m.get('role') != 'user' or b.get('tool_use_id') not in uses:
+                return (f"messages.{i}.content: unexpected `tool_use_id` found in `tool_result` blocks: {b.get('tool_use_id')}. "
+                        "Each `tool_result` block must have a corresponding `tool_use` block in the previous message.")
+        if m.get('role') == 'assistant' and blocks(m, 'tool_use'):
+            nxt = messages[i + 1] if i + 1 < len(messages) else None
+            answered = {b.get('tool_use_id') for b in blocks(nxt, 'tool_result')} if nxt and nxt.get('role') == 'user' else set()
+            missing = [b.get('id') for b in blocks(m, 'tool_use') if b.get('id') not in answered]
+            if missing:
+                return (f"messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: {', '.join(missing)}. "
+                        "Each `tool_use` block must have a corresponding `tool_result` block in the next message.")
+    return None
+
 def default_responder(kind: str, req: dict) -> Reply:
     """Deterministic fake model. With tools and no tool result yet: call the search tool with the question.
     With tool results: answer from the last result's evidence blocks with memlab's strong offline reader.
@@ -389,6 +425,8 @@ class LoopbackServer:
         bad = [i for i, m in enumerate(req.get('messages') or []) if isinstance(m, dict) and not isinstance(m.get('content'), (str, list))]
         if self.strict and self.kind == 'openai' and bad:   # llama-cpp-python's server: HTTP 500, pydantic's message
             return send(500, error_body(self.kind, 500, f'messages.{bad[0]}.content: Input should be a valid string'))
+        if (err := tool_sequence_error(self.kind, [m for m in req.get('messages') or [] if isinstance(m, dict)])):
+            return send(400, error_body(self.kind, 400, err))       # as the real APIs refuse an unpaired tool call or result
         if self.latency > 0: self._stop.wait(self.latency)
         fault = self._draw_fault(body)
         if fault == '429':
