@@ -21,18 +21,25 @@ JUDGE = {'name': 'subtlememory-offline'}
 
 INGESTED = []
 
-@MEMORIES.register('counting-bm25')
 class CountingBM25(BM25Memory):
     "BM25 that records every session it ingests (a test memory)."
     def add_all(self, sessions):
         sessions = list(sessions); INGESTED.extend(s.id for s in sessions); super().add_all(sessions)
 
-@MEMORIES.register('no-provenance')
 class NoProvenance(Memory):
     "A memory that keeps no provenance (no readback)."
+    family = 'none'
     def add(self, session): pass
     def search(self, query, k=None): return []
     def reset(self): pass
+
+
+@pytest.fixture(autouse=True, scope='module')
+def test_memories():
+    "Register the test memories for this module only: other modules iterate the registry."
+    for name, cls in (('counting-bm25', CountingBM25), ('no-provenance', NoProvenance)): MEMORIES.register(name)(cls)
+    yield
+    for name in ('counting-bm25', 'no-provenance'): MEMORIES.pop(name, None)
 
 
 def _run(cfgs, insts, tmp):
