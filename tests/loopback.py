@@ -124,8 +124,27 @@ def subtle_answer(prompt: str) -> str:
     q = prompt.rsplit('Question:', 1)[1].split('\n')[0].strip()
     return relation_answer(q, evidence_sentences([Evidence(text=ctx, session_id='ctx', rank=0)]), RELATION_TIERS['strong'])
 
+_MG_JUDGE = re.compile(r'Gold answer: (.*?)\nPredicted answer: (.*?)\nQuestion:', re.S)
+_MG_FACT = re.compile(r'## Grounding Fact\n(.*?)\n\n## Agent.s Answer\n(.*?)\n\n## Question', re.S)
+
+def memgym_reply(prompt: str) -> Optional[str]:
+    "Fake MemGym model: the tracks' offline reasoners answer the evicted prompts; the answer and fact judges grade by containment."
+    if 'Earlier search results have been removed from your context' in prompt:
+        from memlab.protocols.memgym.dr import OfflineDRReasoner
+        return OfflineDRReasoner()(prompt.strip())
+    if 'Earlier documents have been removed from your context' in prompt or 'You are a software engineer investigating a bug' in prompt:
+        from memlab.protocols.memgym.codeqa import OfflineCodeQAReasoner
+        return OfflineCodeQAReasoner()(prompt.strip())
+    if (m := _MG_JUDGE.search(prompt)): return json.dumps({'score': float(_contains(m[1], m[2])), 'explanation': 'fake'})
+    if (m := _MG_FACT.search(prompt)):
+        from memlab.memory import terms
+        want, got = set(terms(m[1])), set(terms(m[2]))
+        return json.dumps({'contains_fact': bool(want) and len(want & got) >= 0.6 * len(want), 'confidence': 1.0, 'explanation': 'fake'})
+    return None
+
 def judge_reply(prompt: str) -> str:
-    "Fake judge: the SubtleMemory judge's JSON, seed-000 A.3 JSON label, LongMemEval yes/no, the MemTrace rubric's JSON, else 'OK'."
+    "Fake judge: MemGym's prompts, the SubtleMemory judge's JSON, seed-000 A.3 JSON label, LongMemEval yes/no, the MemTrace rubric's JSON, else 'OK'."
+    if (r := memgym_reply(prompt)) is not None: return r
     m = _SUBTLE_JUDGE.search(prompt)
     if m:
         ok = any(_contains(a.removeprefix('- '), m[2]) for a in m[1].split('\n'))

@@ -169,6 +169,38 @@ def test_offline_summary_is_labelled_and_its_event_says_so():
     assert ev['summarization_model'] == 'offline-extractive' and ev['summarizer_prompt_tokens'] == 0
 
 
+# a research question whose chain starts after salient distractors (numbers, other names)
+Q = 'What is the establishment year of the alma mater of the mayor of Kasumys?'
+EARLY = u('The mayor of Haskaemar is Praeos Marnabek. Haskaemar was founded in 1801. Marnilen has 4,000 people. '
+          'The mayor of Kasumys is Kaseth Evrovask.')
+
+
+def test_offline_summary_keeps_the_question_relevant_sentence_over_early_salient_ones():
+    budget = count_tokens(S.OFFLINE_SUMMARY_LABEL) + 12
+    plain = S.extractive_summary([EARLY], budget=budget)
+    assert plain.splitlines()[1:] == ['- user: Haskaemar was founded in 1801.']              # salience, then order
+    task = S.extractive_summary([EARLY], budget=budget, question=Q)
+    assert task.splitlines() == [S.OFFLINE_SUMMARY_LABEL, '- The mayor of Kasumys is Kaseth Evrovask.']
+
+
+def test_offline_summary_follows_the_chain_and_puts_the_answer_to_its_search_first():
+    ev = [u('=== Turn 1: Who is the mayor of Kasumys? ===\n\nThe mayor of Kasumys is Kaseth Evrovask. '
+            'Kaseth Evrovask studied at Skaliane College. Lurnik Obel studied at Brisar College.'),
+          u('=== Turn 2: Where did Kaseth Evrovask study? ===\n\nKaseth Evrovask studied at Tevumuld College.')]
+    lines = S.extractive_summary(ev, question=Q).splitlines()
+    assert lines[1:3] == ['- The mayor of Kasumys is Kaseth Evrovask.', '- Kaseth Evrovask studied at Tevumuld College.']
+    assert lines[3] == '- Kaseth Evrovask studied at Skaliane College.'                          # the contradiction is kept, after
+    assert not any('===' in l for l in lines)                                                    # headings are not sentences
+
+
+@pytest.mark.parametrize('name', ['llm-summarizing', 'structured-summary'])
+def test_the_summary_strategies_give_the_question_to_the_offline_summarizer(name):
+    h = [SYS, EARLY] + FILLER
+    kasumys = 'The mayor of Kasumys is Kaseth Evrovask.'
+    first = lambda doc: next(l for l in doc.splitlines() if l.startswith('- '))
+    assert kasumys in first(run(make(name, max_size=10), h, question=Q)[-1].content[1]['content'])
+    assert 'Haskaemar' in first(run(make(name, max_size=10), h)[-1].content[1]['content'])      # without it: in order
+
 def test_a_fake_backend_receives_the_verbatim_prompt_with_the_forgotten_events():
     fake = FakeBackend()
     fs = run(make('llm-summarizing', max_size=10, summarizer=fake), H[:11])
@@ -329,6 +361,43 @@ def test_amem_links_notes_and_evolves_their_context():
     fs = run(make('bm25-notes', max_size=10, k=1), h, question='When does the Falcon vault need its code?')
     assert '#1 user' not in fs[-1].content[1]['content']                                      # BM25 top-1 has no links
 
+
+
+TURN = ('=== Turn 1: Who is the mayor of Kasumys? ===\n\n--- Kasumys ---\n\nThe mayor of Kasumys is Kaseth Evrovask.\n\n'
+        '--- Haskaemar ---\n\nThe mayor of Haskaemar is Praeos Marnabek.\n\n')
+
+
+@pytest.mark.parametrize('name', ['bm25-notes', 'dense-notes', 'amem-notes'])
+def test_notes_are_taken_per_paragraph(name):
+    m = make(name, max_size=10)
+    f = run(m, [SYS, u(TURN)] + FILLER, question='Who is the mayor of Kasumys?')[-1]
+    assert [(n.id, n.text) for n in m.notes.values()][:3] == [('1.1', 'The mayor of Kasumys is Kaseth Evrovask.'),
+                                                              ('1.2', 'The mayor of Haskaemar is Praeos Marnabek.'), (2, FILLER[0]['content'])]
+    assert m.notes['1.1'].search == 'Who is the mayor of Kasumys?' and m.notes[2].search == ''
+    assert '- #1.1 user: The mayor of Kasumys is Kaseth Evrovask.' in f.content[1]['content']   # the document, not the turn's header
+
+
+CHAIN = [SYS, u('The mayor of Kasumys is Kaseth Evrovask.\n\nThe mayor of Haskaemar is Praeos Marnabek.\n\nThe mayor of Marnilen is Tarum Orvykel.'),
+         u('Kaseth Evrovask studied at Tevumuld College.\n\nLurnik Obel studied at Brisar College.'), u('Tevumuld College is located in Orvane.')] + FILLER
+CHAIN_Q = 'What is the home city of the alma mater of the mayor of Kasumys?'
+
+
+def shown(name, **kw):
+    "Ids of the notes in the last notes block of a run over CHAIN."
+    return re.findall(r'^- #(\S+) ', run(make(name, max_size=10, k=2, **kw), CHAIN, question=CHAIN_Q)[-1].content[1]['content'], re.M)
+
+
+@pytest.mark.parametrize('name', ['bm25-notes', 'dense-notes'])
+def test_flat_retrieval_misses_a_bridge_fact_that_shares_no_word_with_the_question(name):
+    ids = shown(name)
+    assert '1.1' in ids and '2.1' not in ids and '3' not in ids
+
+
+def test_amem_follows_links_to_the_bridge_facts_flat_retrieval_misses():
+    assert '2.1' not in shown('amem-notes', depth=0)
+    one, two = shown('amem-notes', depth=1), shown('amem-notes', depth=2)
+    assert one[:2] == ['1.1', '2.1'] and '3' not in one                      # the linked note right after the one retrieved
+    assert two[:3] == ['1.1', '2.1', '3']                                    # and, one link further, the next hop
 
 # ---- listing, settings, the invariant ----------------------------------------------------------------------------
 

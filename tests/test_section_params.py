@@ -41,6 +41,13 @@ CASES.update({
     'subtlememory-batches-no-oracle': ('subtlememory', "settings: [perfect, default]\ngranularity: batch\nbatch: 3\nmemories: [bm25]\n"
                                                        "tiers: [medium]\nn_personas: 1\nn_unrelated: 10\nn_resamples: 50"),
 })
+CASES.update({
+    'memgym-defaults': ('memgym', ''),
+    'memgym-dr-unverified-windowing': ('memgym', "tracks: [dr]\nstrategies: [none, observation-masking, sliding-window]\ndr_hops: [3]\n"
+                                                 "dr_budgets: [10000]\nn_dr: 3\nverify: false\nn_resamples: 50"),
+    'memgym-codeqa-pipeline': ('memgym', "tracks: [codeqa]\nstrategies: [none, pipeline, amem-notes]\ncodeqa_budgets: [10000]\nn_codeqa: 3\n"
+                                         "n_resamples: 50"),
+})
 SUBTLE_EXCERPT = ROOT.parent / 'shared' / 'fixtures' / 'subtlememory'   # real format (may be absent)
 if SUBTLE_EXCERPT.exists():
     CASES['subtlememory-real-excerpt'] = ('subtlememory', f"dataset: released\ndata_path: {SUBTLE_EXCERPT}\nk: 5\nn_resamples: 50")
@@ -160,3 +167,19 @@ def test_subtlememory_reads_released_layouts_end_to_end(runs):
         assert {'table3_accuracy.csv', 'waterfall.csv', 'tableD5_perfect_retrieval.csv', 'table2_calibration.csv', 'tableD3_paired.csv'} <= {p.name for p in res.glob('*.csv')}
     _, res, _ = runs['subtlememory-batches-no-oracle']
     assert 'waterfall.csv' not in {p.name for p in res.glob('*.csv')} and (res / 'tableD5_perfect_retrieval.csv').exists()
+
+
+def test_default_offline_memgym_run_pairs_memory_against_none(runs):
+    """Seed 004's pairing on the default offline run (checked here, never in the notebook): the None control answers from the
+    last visible documents alone, so it scores 0 and every strategy's gain is its score; on DR, flat retrieval over notes
+    loses the middle bridge facts as hops grow (they share no word with the question) while A-Mem-like links and
+    question-aware summaries keep them; the gains are larger at the larger DR budget for the linking and summarizing
+    strategies."""
+    _, res, _ = runs['memgym-defaults']
+    mg = pd.read_csv(res / 'memory_gain.csv')
+    assert (mg['score_ctl'] == 0).all() and (mg['gain'] > 0).all(), mg[['track', 'budget', 'strategy', 'gain']]
+    gh = pd.read_csv(res / 'memory_gain_by_hop.csv').pivot_table(index='strategy', columns='hop_stratum', values='gain')
+    assert gh.loc['bm25-notes', '3'] > gh.loc['bm25-notes', '5/6'], gh
+    assert gh.loc['amem-notes', '5/6'] > gh.loc['bm25-notes', '5/6'] and gh.loc['llm-summarizing', '5/6'] > gh.loc['bm25-notes', '5/6'], gh
+    dr = mg[mg['track'] == 'dr'].pivot_table(index='strategy', columns='budget', values='gain')
+    assert (dr[dr.columns.max()] > dr[dr.columns.min()])[['amem-notes', 'llm-summarizing']].all(), dr

@@ -11,29 +11,38 @@ from ...core import Turn, Session, Query, QueryView, Instance, Evidence, Step, S
 from ...memory import Memory, MEMORIES
 from ...agent import Policy, POLICIES, Answer, Search
 from ...judge import Judge, register_judge, JUDGE_RUN
-from ...runner import DATASETS, results_frame
+from pydantic import ConfigDict, Field, model_validator
+from ...core import Record, PosInt, NonNegInt
+from ...runner import DATASETS, results_frame, checked_params, check_access_params
 from .contract import make_manager, count_tokens, compression_ratios
 import memlab.protocols.memgym.strategies  # noqa: F401  (registers the strategies)
 from . import dr as DR, codeqa as CQ
 
 # %% auto #0
-__all__ = ['dr_instances', 'codeqa_instances', 'memgym_dr_dataset', 'memgym_codeqa_dataset', 'ManagedContext', 'answer_prompt',
-           'MemGymAnswer', 'MemGymOfflineJudge', 'MemGymLLMJudge', 'strategy_of', 'episode_frame', 'compression_table']
+__all__ = ['MEMGYM_PARAMS', 'dr_instances', 'codeqa_instances', 'dr_candidates', 'memgym_dr_dataset', 'memgym_codeqa_dataset',
+           'ManagedContext', 'answer_prompt', 'MemGymAnswer', 'MemGymOfflineJudge', 'MemGymLLMJudge', 'strategy_of',
+           'episode_frame', 'instance_frame', 'compression_table', 'MemGymParams', 'check_params']
 
 # %% ../../../nbs/protocols/memgym/06_protocol.ipynb #dff1712e
-def dr_instances(insts: list # DRInstance records (`dr.synth_dr`)
+def _tag(iid: str, budget: Optional[int]) -> str:
+    "An instance id made unique across budgets (the same seed generates the same ids at every budget)."
+    return iid if not budget else f'{iid}@{budget // 1000}k'
+
+def dr_instances(insts: list, # DRInstance records (`dr.synth_dr`)
+                 budget: Optional[int]=None # the generation budget (tags the ids)
                 ) -> list[Instance]:
     "DR instances as memlab Instances: the task, then one observation per search turn."
     out = []
     for d in insts:
-        obs = DR.observations(d)
-        ses = [Session(id=f'{d.instance_id}-task', turns=[Turn(role='user', content=f'Research question: {d.question}')], meta=dict(kind='task', question=d.question))]
-        ses += [Session(id=f'{d.instance_id}-t{k + 1}', turns=[Turn(role='user', content=o)],
+        obs, iid = DR.observations(d), _tag(d.instance_id, budget)
+        ses = [Session(id=f'{iid}-task', turns=[Turn(role='user', content=f'Research question: {d.question}')], meta=dict(kind='task', question=d.question))]
+        ses += [Session(id=f'{iid}-t{k + 1}', turns=[Turn(role='user', content=o)],
                         meta=dict(kind='observation', documents=[x.model_dump() for x in DR.visible_docs(d, k)]))
                 for k, o in enumerate(obs)]
-        q = Query(id=f'{d.instance_id}-q', question=d.question, answers=[d.answer], qtype=f'{d.num_hops}-hop', task='memgym-dr',
-                  evidence=[s.id for s in ses[1:]], meta=dict(track='dr', hops=d.num_hops, budget=d.total_tokens, instance=d.instance_id))
-        out.append(Instance(id=d.instance_id, sessions=ses, queries=[q], meta=dict(track='dr', hops=d.num_hops, budget=d.total_tokens)))
+        b = budget or d.total_tokens
+        q = Query(id=f'{iid}-q', question=d.question, answers=[d.answer], qtype=f'{d.num_hops}-hop', task='memgym-dr',
+                  evidence=[s.id for s in ses[1:]], meta=dict(track='dr', hops=d.num_hops, budget=b, instance=d.instance_id))
+        out.append(Instance(id=iid, sessions=ses, queries=[q], meta=dict(track='dr', hops=d.num_hops, budget=b)))
     return out
 
 def codeqa_instances(insts: list, # CodingQAInstance records (`codeqa.synth_codeqa`)
@@ -42,35 +51,44 @@ def codeqa_instances(insts: list, # CodingQAInstance records (`codeqa.synth_code
     "CodeQA instances as memlab Instances: the task, then the memory files in the evicted protocol's groups; one query per QA pair."
     out = []
     for c in insts:
-        ses = [Session(id=f'{c.instance_id}-task', turns=[Turn(role='user', content=f'Bug report: {c.task_prompt}')], meta=dict(kind='task', question=c.task_prompt))]
-        ses += [Session(id=f'{c.instance_id}-g{k + 1}', turns=[Turn(role='user', content=text)], meta=dict(kind='observation', documents=[]))
+        iid = _tag(c.instance_id, budget)
+        ses = [Session(id=f'{iid}-task', turns=[Turn(role='user', content=f'Bug report: {c.task_prompt}')], meta=dict(kind='task', question=c.task_prompt))]
+        ses += [Session(id=f'{iid}-g{k + 1}', turns=[Turn(role='user', content=text)], meta=dict(kind='observation', documents=[]))
                 for k, (name, text) in enumerate(CQ.document_groups(c))]
         facts = {f.id: f.model_dump() for f in c.grounding_facts}
-        qs = [Query(id=f'{c.instance_id}-{qa.qa_id}', question=qa.question, answers=[qa.gold_answer], qtype=qa.category, task='memgym-codeqa',
+        qs = [Query(id=f'{iid}-{qa.qa_id}', question=qa.question, answers=[qa.gold_answer], qtype=qa.category, task='memgym-codeqa',
                     inputs=dict(task_prompt=c.task_prompt, repo_context=c.repo_context),
                     meta=dict(track='codeqa', budget=budget or c.target_tokens, instance=c.instance_id, requires_memory=qa.requires_memory,
                               linked_facts=[facts[x] for x in qa.linked_fact_ids],
                               distractors=[d.model_dump() for d in c.distractors if d.target_qa_id in (None, qa.qa_id)]))
               for qa in c.qa_pairs]
-        out.append(Instance(id=c.instance_id, sessions=ses, queries=qs, meta=dict(track='codeqa', budget=budget or c.target_tokens)))
+        out.append(Instance(id=iid, sessions=ses, queries=qs, meta=dict(track='codeqa', budget=budget or c.target_tokens)))
     return out
+
+def dr_candidates(n: int, hops: list[int], budget_tokens: int, seed: int) -> list:
+    "The generator's DR instances, `n` per hop count (what the verifier checks and the dataset kind reads)."
+    return [d for j, h in enumerate(hops) for d in DR.synth_dr(n, hops=(h,), budget_tokens=budget_tokens, seed=seed + 1000 * j, start=1000 * j)]
 
 @DATASETS.register('memgym-dr')
 def memgym_dr_dataset(n: int=8, # instances per hop count
                       hops: list[int]=[3, 4, 5, 6], # hop counts (seed 004: 3, 4, 5/6)
                       budget_tokens: int=100_000, # filler-scaled token budget (10K to 1M)
-                      seed: int=0 # generator seed
+                      seed: int=0, # generator seed
+                      keep: Optional[list[str]]=None # instance ids the verifier kept (None: all)
                      ) -> list[Instance]:
     "MEMGYM-DR instances from the seeded generator, `n` per hop count."
-    return dr_instances([d for j, h in enumerate(hops) for d in DR.synth_dr(n, hops=(h,), budget_tokens=budget_tokens, seed=seed + 1000 * j, start=1000 * j)])
+    insts = dr_instances(dr_candidates(n, hops, budget_tokens, seed), budget_tokens)
+    return insts if keep is None else [i for i in insts if i.id in set(keep)]
 
 @DATASETS.register('memgym-codeqa')
 def memgym_codeqa_dataset(n: int=8, # instances
                           budget_tokens: int=10_000, # token budget (seed 004: 10k, 50k, 100k, 500k)
-                          seed: int=0 # generator seed
+                          seed: int=0, # generator seed
+                          keep: Optional[list[str]]=None # instance ids the verifier kept (None: all)
                          ) -> list[Instance]:
     "MEMGYM-CODEQA instances from the seeded generator."
-    return codeqa_instances(CQ.synth_codeqa(n, budget_tokens=budget_tokens, seed=seed), budget_tokens)
+    insts = codeqa_instances(CQ.synth_codeqa(n, budget_tokens=budget_tokens, seed=seed), budget_tokens)
+    return insts if keep is None else [i for i in insts if i.id in set(keep)]
 
 # %% ../../../nbs/protocols/memgym/06_protocol.ipynb #08867854
 @MEMORIES.register('memgym-context')
@@ -199,7 +217,87 @@ def episode_frame(store, # a scored store of a MemGym run
                          resolved=float(r['score']) >= 0.5, crossed=any(t.get('crossed') for t in trace), trace=trace, answer=r['answer']))
     return pd.DataFrame(rows)
 
+def instance_frame(ef: pd.DataFrame # `episode_frame` rows
+                  ) -> pd.DataFrame:
+    "One row per episode for the paired statistics: DR as it is; CodeQA's pairs aggregated to the instance's qa_accuracy (share of pairs >= 0.5)."
+    dr = ef[ef['track'] == 'dr']
+    cq = ef[ef['track'] == 'codeqa']
+    if len(cq):
+        cq = (cq.assign(ok=cq['score'] >= 0.5).groupby(['track', 'strategy', 'reasoner', 'instance_id', 'budget'], as_index=False)
+                .agg(score=('ok', 'mean'), crossed=('crossed', 'any'), hops=('hops', 'first'), trace=('trace', 'first')))
+        cq['resolved'] = cq['score'] >= 0.5
+    return pd.concat([dr, cq], ignore_index=True)[['track', 'strategy', 'reasoner', 'instance_id', 'budget', 'hops', 'score', 'resolved', 'crossed', 'trace']]
+
 def compression_table(ep: pd.DataFrame # `episode_frame` rows
                      ) -> pd.DataFrame:
     "Appendix C.4's three estimators per (track, strategy), over episodes with at least one compaction."
     return pd.DataFrame([dict(track=t, strategy=s, **compression_ratios(list(g['trace']))) for (t, s), g in ep.groupby(['track', 'strategy'])])
+
+# %% ../../../nbs/protocols/memgym/06_protocol.ipynb #8ada29e5
+class MemGymParams(Record):
+    "The parameters of the MemGym section notebook (strict: a bad type or an unknown name is refused)."
+    model_config = ConfigDict(extra='forbid', strict=True)
+    tracks: list[Literal['dr', 'codeqa']] = Field(default_factory=lambda: ['dr', 'codeqa'], min_length=1)
+    strategies: list[str] = Field(default_factory=lambda: ['none', 'llm-summarizing', 'structured-summary', 'bm25-notes', 'dense-notes', 'amem-notes'], min_length=2)
+    dr_hops: list[int] = Field(default_factory=lambda: [3, 4, 5, 6], min_length=1)   # DR hop counts (strata 3, 4, 5/6)
+    dr_budgets: list[PosInt] = Field(default_factory=lambda: [20_000, 100_000], min_length=1)   # DR token budgets (10K to 1M)
+    n_dr: PosInt = 6                          # DR candidates per hop count and budget
+    codeqa_budgets: list[PosInt] = Field(default_factory=lambda: [10_000, 50_000], min_length=1)   # seed 004: 10k, 50k, 100k, 500k
+    n_codeqa: PosInt = 6                      # CodeQA candidates per budget
+    max_size: PosInt = 100                    # compaction trigger: messages (seed 004 4.1: 100)
+    max_tokens: PosInt = 8000                 # compaction trigger: context tokens (seed 004: 32K)
+    notes_tokens: PosInt = 500                # notes budget at answer time (eviction_policy.notes_budget_tokens)
+    verify: bool = True                       # run the tracks' verifiers and keep what they keep
+    backend: str = 'offline'                  # reasoner: 'offline' | 'openai' | 'anthropic'
+    models: list[str] = Field(default_factory=lambda: ['claude-sonnet-4-5'])   # reasoners (seed 004: Sonnet 4.5)
+    summarizer_model: Optional[str] = None    # LLM strategies' summarizer (seed 004: Haiku 4.5); None: offline extractive
+    judge_model: Optional[str] = None         # None: the offline judges; else the tracks' LLM judges
+    base_url: Optional[str] = None
+    concurrency: PosInt = 8
+    timeout: float = Field(60.0, gt=0)
+    answer_max_tokens: PosInt = 512
+    n_resamples: PosInt = 2000
+    seed: NonNegInt = 0
+    run_name: Optional[str] = None
+    retry_errors: bool = False
+    out_root: Optional[str] = None
+
+    @model_validator(mode='after')
+    def _consistent(self):
+        from memlab.protocols.memgym.contract import MANAGERS
+        for s in self.strategies:
+            if s not in MANAGERS: raise ValueError(f'strategies: unknown strategy {s!r}; known: {sorted(MANAGERS)}')
+        if 'none' not in self.strategies: raise ValueError("strategies: the None control 'none' is needed (memory gain is paired against it)")
+        for h in self.dr_hops:
+            if not 3 <= h <= 6: raise ValueError(f'dr_hops: hop counts are 3 to 6, got {h}')
+        check_access_params(self.backend, self.base_url, self.run_name)
+        return self
+
+    def backend_spec(self, model: str) -> dict:
+        "A backend spec for `model` on the section's backend (the judge and summarizer use the answer backend's provider)."
+        return {'name': self.backend if self.backend != 'offline' else 'openai', 'model': model, 'base_url': self.base_url,
+                'concurrency': self.concurrency, 'timeout': self.timeout}
+
+    def memory_specs(self) -> list[dict]:
+        "One memgym-context memory per strategy, with the comparison's trigger (the None control has none)."
+        out = []
+        for s in self.strategies:
+            st = {'name': s} if s == 'none' else {'name': s, 'max_size': self.max_size, 'max_tokens': self.max_tokens}
+            if self.summarizer_model and s in ('llm-summarizing', 'structured-summary'): st['summarizer'] = self.backend_spec(self.summarizer_model)
+            out.append({'name': 'memgym-context', 'strategy': st, 'notes_tokens': self.notes_tokens, 'trigger_size': self.max_size,
+                        'trigger_tokens': self.max_tokens})
+        return out
+
+    def policies(self) -> list[dict]:
+        "The answer steps: the offline reasoners, or one per model."
+        if self.backend == 'offline': return [{'name': 'memgym-answer'}]
+        return [{'name': 'memgym-answer', 'backend': self.backend_spec(m), 'max_tokens': self.answer_max_tokens} for m in self.models]
+
+    def judge_spec(self) -> dict:
+        return {'name': 'memgym-offline'} if self.judge_model is None else {'name': 'memgym-llm', 'backend': self.backend_spec(self.judge_model)}
+
+MEMGYM_PARAMS = {n: f.get_default(call_default_factory=True) for n, f in MemGymParams.model_fields.items()}
+
+def check_params(**params) -> MemGymParams:
+    "The section's parameters, checked: one ValueError line naming the first bad one."
+    return checked_params(MemGymParams, 'memgym', params)

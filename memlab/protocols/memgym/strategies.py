@@ -4,15 +4,15 @@
 
 # %% ../../../nbs/protocols/memgym/02_strategies.ipynb #022bdd38
 from __future__ import annotations
-import inspect, itertools, re, time
-from collections import Counter
+import inspect, itertools, math, re, time
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field, asdict
 from typing import Any, Optional, Sequence
 import pandas as pd
 from fastcore.docments import docments
 from ...core import Session, Turn, Usage, stable_hash, load_plugins
 from ...llm import make_backend
-from ...memory import make_memory, terms
+from ...memory import make_memory, terms, STOPWORDS
 from .contract import (ContextManager, FilteredContext, CondensationEvent, MANAGERS, make_manager,
                                               count_tokens, repair_tool_call_pairs)
 
@@ -23,10 +23,10 @@ __all__ = ['SUMMARY_PREFIX', 'NOTES_PREFIX', 'PAPER_PLACEHOLDER', 'REPOSITORY_PL
            'OFFLINE_STATE_LABEL', 'NOT_EXTRACTED', 'DEFAULT_PIPELINE', 'compaction_trigger', 'pending_tool_ids',
            'content_text', 'is_memory_block', 'clip_tokens', 'tail_start', 'Strategy', 'CondensationRecord',
            'build_view', 'RollingStrategy', 'SlidingWindow', 'ObservationMasking', 'truncate_event',
-           'summarization_prompt', 'salience', 'salient_sentences', 'pick_lines', 'extractive_summary',
-           'make_summarizer', 'LLMSummarizing', 'summary_tool', 'render_state', 'StructuredSummary', 'Note',
-           'rank_notes', 'NotesStrategy', 'BM25Notes', 'DenseNotes', 'note_keywords', 'AMemNotes', 'Pipeline',
-           'list_strategies', 'strategy_settings']
+           'summarization_prompt', 'search_query', 'entities', 'relevance_order', 'salience', 'event_sentences',
+           'salient_sentences', 'pick_lines', 'extractive_summary', 'make_summarizer', 'LLMSummarizing', 'summary_tool',
+           'render_state', 'StructuredSummary', 'Note', 'paragraphs', 'rank_notes', 'NotesStrategy', 'BM25Notes',
+           'DenseNotes', 'note_keywords', 'AMemNotes', 'Pipeline', 'list_strategies', 'strategy_settings']
 
 # %% ../../../nbs/protocols/memgym/02_strategies.ipynb #1a2cf05c
 def compaction_trigger(view: Sequence[dict], # the context the model would see
@@ -312,9 +312,80 @@ def summarization_prompt(events: Sequence[dict], # the forgotten messages
     for i, m in enumerate(events): p += f"<EVENT id={i}>\n{truncate_event(content_text(m), max_event_length)}\n</EVENT>\n"
     return p + closing
 
+# %% ../../../nbs/protocols/memgym/02_strategies.ipynb #6daf7375
+_SENT, _WORDS = re.compile(r'(?<=[.!?])\s+|\n+'), re.compile(r"[A-Za-z][\w'-]*")
+_HEADING = re.compile(r'^\s*(?:={3}.*={3}|-{3}.*-{3})\s*$')   # a heading line: '=== Turn 1: ... ===', '--- title ---'
+_TOKS = re.compile(r"\w+(?:[-',./]\w+)*")
+
+def search_query(text: str # an observation
+                ) -> str:
+    "The search an observation answers: the question in its heading line, '' if none."
+    first = text.lstrip().split('\n', 1)[0].strip()
+    h = first.strip('=- ') if _HEADING.match(first) else ''
+    return h.split(': ', 1)[-1] if h.endswith('?') else ''
+
+def _ident(t: str) -> bool: return len(t) > 1 and any(c.isalpha() for c in t) and any(c.isdigit() or c in '_/.' for c in t)
+def _cap(t: str) -> bool: return t[0].isupper() and not _ident(t)
+
+def _runs(sentence: str) -> list[tuple[str, bool]]:
+    "(name, whether it opens the sentence) of each run of capitalized words, leading stop words dropped."
+    ts, out, i = _TOKS.findall(sentence), [], 0
+    while i < len(ts):
+        if not _cap(ts[i]): i += 1; continue
+        j = i + 1
+        while j < len(ts) and (_cap(ts[j]) or ts[j] == 'of' and j + 1 < len(ts) and _cap(ts[j + 1])): j += 1
+        k = i
+        while k < j and ts[k].lower() in STOPWORDS: k += 1
+        if k < j: out.append((' '.join(ts[k:j]), k == 0))
+        i = j
+    return out
+
+def entities(text: str, # any text
+             known: Sequence[str]=(), # lower-cased names known from elsewhere
+             openers: bool=False # count every lone capitalized word opening a sentence
+            ) -> list[str]:
+    "Names and identifiers of `text`, lower-cased, in order; a lone word opening a sentence only if used mid-sentence (or known)."
+    sents = [s for s in _SENT.split(text) if s.strip()]
+    runs = [_runs(s) for s in sents]
+    mid = {w.lower() for rs in runs for w, first in rs if not first} | set(known)
+    out = []
+    for s, rs in zip(sents, runs):
+        out += [w.lower() for w, first in rs if not first or ' ' in w or openers or w.lower() in mid]
+        out += [t.lower() for t in _TOKS.findall(s) if _ident(t)]
+    return list(dict.fromkeys(out))
+
+# %% ../../../nbs/protocols/memgym/02_strategies.ipynb #fddeebb1
+def relevance_order(sentences: Sequence[str], # candidate sentences
+                    question: str, # the episode's question
+                    searches: Optional[Sequence[str]]=None # the search each sentence's observation answers ('' if none)
+                   ) -> list[int]:
+    "Indices of the sentences sharing terms with `question`, best first; each pick's names join the query (a chain of facts)."
+    known = {w.lower() for s in [question, *sentences] for w, first in _runs(s) if not first}
+    T = [set(terms(s)) for s in sentences]
+    E = [set(entities(s, known)) for s in sentences]
+    inv = defaultdict(list)
+    for i, ts in enumerate(T):
+        for t in ts: inv[t].append(i)
+    idf = {t: math.log((len(T) + 1) / (len(ix) + 0.5)) for t, ix in inv.items()}
+    qs = {s: set(terms(s)) for s in set(searches or [])}
+    own = [math.fsum(idf[t] for t in T[i] & qs[s]) if s else 0.0 for i, s in enumerate(searches or [''] * len(T))]
+    asked, seen, score, done, order = set(), set(entities(question, known)), {}, set(), []
+    def ask(ts):
+        for t in ts:
+            if t in asked or t not in idf: continue
+            asked.add(t)
+            for i in inv[t]:
+                if i not in done: score[i] = score.get(i, 0.0) + idf[t]
+    ask(terms(question))
+    while score:
+        i = max(score, key=lambda i: (round(score[i] + own[i], 9), bool(E[i] - seen), -i))
+        order.append(i); done.add(i); del score[i]
+        seen |= E[i]
+        ask(t for e in E[i] for t in terms(e))
+    return order
+
 # %% ../../../nbs/protocols/memgym/02_strategies.ipynb #d7107921
 OFFLINE_SUMMARY_LABEL = 'OFFLINE EXTRACTIVE SUMMARY (not an LLM summary: salient sentences copied from the forgotten messages)'
-_SENT, _WORDS = re.compile(r'(?<=[.!?])\s+|\n+'), re.compile(r"[A-Za-z][\w'-]*")
 
 def salience(sentence: str # one sentence
             ) -> Optional[int]:
@@ -325,45 +396,61 @@ def salience(sentence: str # one sentence
     if any(x[0].isupper() for x in w[1:]) or any(c.isupper() for x in w[:1] for c in x[1:]): return 2
     return None
 
+def event_sentences(events: Sequence[dict], # messages
+                    max_line_tokens: int=60 # a longer sentence is clipped
+                   ) -> list[tuple[Optional[int], str, str, str]]:
+    "(salience, role, sentence, search) of every sentence of the messages in order, heading lines left out (`search`: `search_query`)."
+    out = []
+    for m in events:
+        text = content_text(m)
+        if text in (PAPER_PLACEHOLDER, REPOSITORY_PLACEHOLDER): continue
+        q = search_query(text)
+        for line in text.split('\n'):
+            if _HEADING.match(line): continue
+            out += [(salience(s), m.get('role', ''), clip_tokens(s, max_line_tokens), q) for s in map(str.strip, _SENT.split(line)) if s]
+    return out
+
 def salient_sentences(events: Sequence[dict], # messages
                       max_line_tokens: int=60 # a longer sentence is clipped
                      ) -> list[tuple[int, str, str]]:
     "(salience, role, sentence) of each salient sentence of the messages, in order."
-    out = []
-    for m in events:
-        if content_text(m) in (PAPER_PLACEHOLDER, REPOSITORY_PLACEHOLDER): continue
-        for s in _SENT.split(content_text(m)):
-            s = s.strip()
-            if s and (sal := salience(s)) is not None: out.append((sal, m.get('role', ''), clip_tokens(s, max_line_tokens)))
-    return out
+    return [(sal, r, s) for sal, r, s, _ in event_sentences(events, max_line_tokens) if sal is not None]
 
-def _line_salience(line: str) -> int:
-    "Salience of a `- role: sentence` line (3: none)."
-    s = line[2:].split(': ', 1)[-1]
-    sal = salience(s)
+def _line_salience(line: str, roles: bool=True) -> int:
+    "Salience of a `- role: sentence` line (`- sentence` when not `roles`); 3: none."
+    sal = salience(line[2:].split(': ', 1)[-1] if roles else line[2:])
     return 3 if sal is None else sal
 
 def pick_lines(cands: Sequence[tuple], # (salience, order, line, tag)
-               budget: int # most tokens of the chosen lines
+               budget: int, # most tokens of the chosen lines
+               question: Optional[str]=None, # the episode's question: the lines relevant to it come first, best first
+               searches: Optional[Sequence[str]]=None # the search each candidate's observation answers (`relevance_order`)
               ) -> list[tuple]:
-    "(tag, line) of the lines chosen by (salience, order) while they fit, back in order."
-    chosen, used = [], 0
-    for sal, order, line, tag in sorted(cands, key=lambda c: (c[0], c[1])):
-        n = count_tokens(line)
-        if used + n <= budget: chosen.append((order, tag, line)); used += n
-    return [(tag, line) for _, tag, line in sorted(chosen, key=lambda c: c[0])]
+    "(tag, line) of the lines chosen while they fit: the question's relevant ones best first, then by (salience, order) back in order."
+    cands, used, first, chosen = list(cands), 0, [], []
+    if question:
+        for i in relevance_order([c[2][2:] for c in cands], question, searches):
+            if used + (n := count_tokens(cands[i][2])) <= budget: first.append(i); used += n
+    taken = set(first)
+    rest = [c for i, c in enumerate(cands) if i not in taken and not (question and c[0] >= 3)]
+    for sal, order, line, tag in sorted(rest, key=lambda c: (c[0], c[1])):
+        if used + (n := count_tokens(line)) <= budget: chosen.append((order, tag, line)); used += n
+    return [(cands[i][3], cands[i][2]) for i in first] + [(tag, line) for _, tag, line in sorted(chosen, key=lambda c: c[0])]
 
 def extractive_summary(events: Sequence[dict], # the forgotten messages
                        previous: Optional[str]=None, # the previous summary (its lines are candidates, first in order)
                        budget: int=500, # most tokens, label included
-                       max_line_tokens: int=60 # a longer sentence is clipped
+                       max_line_tokens: int=60, # a longer sentence is clipped
+                       question: Optional[str]=None # the episode's question (None: salient sentences in order)
                       ) -> str:
-    "The offline summary: a label saying it is not an LLM summary, then the salient sentences that fit."
-    lines = [l for l in (previous or '').splitlines() if l.startswith('- ')]
-    lines += [f'- {r}: {s}' for _, r, s in salient_sentences(events, max_line_tokens)]
-    lines = list(dict.fromkeys(lines))
-    cands = [(_line_salience(l), i, l, None) for i, l in enumerate(lines)]
-    return '\n'.join([OFFLINE_SUMMARY_LABEL] + [l for _, l in pick_lines(cands, budget - count_tokens(OFFLINE_SUMMARY_LABEL))])
+    "The offline summary: a label saying it is not an LLM summary, then the relevant (or salient) sentences that fit."
+    lines = dict.fromkeys((l for l in (previous or '').splitlines() if l.startswith('- ')), '')
+    for sal, r, s, q in event_sentences(events, max_line_tokens):
+        if question: lines.setdefault(f'- {s}', q)
+        elif sal is not None: lines.setdefault(f'- {r}: {s}', q)
+    cands = [(_line_salience(l, not question), i, l, None) for i, l in enumerate(lines)]
+    chosen = pick_lines(cands, budget - count_tokens(OFFLINE_SUMMARY_LABEL), question, list(lines.values()))
+    return '\n'.join([OFFLINE_SUMMARY_LABEL] + [l for _, l in chosen])
 
 # %% ../../../nbs/protocols/memgym/02_strategies.ipynb #30b51cb2
 def make_summarizer(spec: Any # None (offline), a backend spec {'name': ..., 'model': ..., ...}, or an object with `.chat`
@@ -397,7 +484,7 @@ class LLMSummarizing(RollingStrategy):
     def condense(self, forgotten, positions, previous, messages, observation):
         t = time.perf_counter()
         if self.backend is None:
-            text, model, usage = extractive_summary(forgotten, previous, self.text_budget()), 'offline-extractive', Usage()
+            text, model, usage = extractive_summary(forgotten, previous, self.text_budget(), question=self.state.get('question')), 'offline-extractive', Usage()
         else:
             prompt = summarization_prompt(forgotten, previous, self.max_event_length)
             r, usage = self.backend.chat(messages=[{'role': 'user', 'content': prompt}], max_tokens=self.text_budget(), temperature=0.0)
@@ -535,14 +622,14 @@ class StructuredSummary(LLMSummarizing):
         super().__init__(max_size, max_tokens, keep_first, condensation_ratio, max_event_length, summarizer, summary_tokens)
     def reset(self) -> None: super().reset(); self.fields = {}
     def offline_fields(self, forgotten: list[dict]) -> dict:
-        "Fields filled from the previous fields and the forgotten messages' salient sentences, within the budget."
-        fields, required = SCHEMAS[self.schema]
-        cands = [(_line_salience('- : ' + l[2:]), 0, l, f) for f, ls in self.fields.items() for l in ls]
-        cands += [(sal, 0, f'- {s}', _route(self.schema, role, s)) for sal, role, s in salient_sentences(forgotten)]
-        cands = [(sal, i, l, f) for i, (sal, _, l, f) in enumerate(dict.fromkeys(cands))]
+        "Fields filled from the previous fields and the forgotten messages' salient (or, with a question, relevant) sentences, within the budget."
+        fields, required, q = *SCHEMAS[self.schema], self.state.get('question')
+        cands = {(_line_salience(l, False), 0, l, f): '' for f, ls in self.fields.items() for l in ls}
+        for sal, role, s, sq in event_sentences(forgotten):
+            if q or sal is not None: cands.setdefault((3 if sal is None else sal, 0, f'- {s}', _route(self.schema, role, s)), sq)
         overhead = count_tokens(render_state({f: NOT_EXTRACTED for f in fields}, self.schema, OFFLINE_STATE_LABEL))
-        got = {}
-        for f, l in pick_lines(cands, self.text_budget() - overhead): got.setdefault(f, []).append(l)
+        got, lines = {}, [(sal, i, l, f) for i, (sal, _, l, f) in enumerate(cands)]
+        for f, l in pick_lines(lines, self.text_budget() - overhead, q, list(cands.values())): got.setdefault(f, []).append(l)
         self.fields = got
         return {f: '\n'.join(got[f]) if f in got else NOT_EXTRACTED if f in required else '' for f in fields}
     def condense(self, forgotten, positions, previous, messages, observation):
@@ -564,13 +651,24 @@ class StructuredSummary(LLMSummarizing):
 # %% ../../../nbs/protocols/memgym/02_strategies.ipynb #cd9378b0
 @dataclass
 class Note:
-    "A message kept as a note: where it was, who said it, its text, and A-Mem's keywords, links and context."
+    "A paragraph kept as a note: its message's position, who said it, its text, A-Mem's keywords, links and context, and more."
     position: int
     role: str
     text: str
     keywords: list[str] = field(default_factory=list)
-    links: list[int] = field(default_factory=list)
+    links: list = field(default_factory=list)              # ids of the linked notes
     context: str = ''
+    part: int = 0                                          # the paragraph's number in its message (0: the message is one paragraph)
+    search: str = ''                                       # the search its message answers (`search_query`)
+    entities: list[str] = field(default_factory=list)      # its names and identifiers (A-Mem's links)
+    @property
+    def id(self) -> int|str: return self.position if not self.part else f'{self.position}.{self.part}'
+
+def paragraphs(text: str # a message's text
+              ) -> list[str]:
+    "The parts of `text` between blank lines, stripped, without empty parts and heading-only ones (`=== x ===`, `--- x ---`, `# x`)."
+    ps = [p.strip() for p in re.split(r'\n[ \t]*\n', text)]
+    return [p for p in ps if p and not all(_HEADING.match(l) or re.match(r'#{1,6}\s', l) for l in p.splitlines())]
 
 def rank_notes(memory_name: str, # a memlab memory: 'bm25' or 'dense'
                notes: Sequence[Note], # the candidates
@@ -578,19 +676,19 @@ def rank_notes(memory_name: str, # a memlab memory: 'bm25' or 'dense'
                k: int, # notes returned at most
                text=lambda n: n.text, # what is indexed of a note
                **kw # settings of the memory (e.g. embedder)
-              ) -> list[int]:
-    "Positions of the (at most) `k` notes the memory ranks highest for `query` (positive scores only)."
+              ) -> list:
+    "Ids of the (at most) `k` notes the memory ranks highest for `query` (positive scores only)."
     if not notes or not query.strip(): return []
     mem = make_memory(memory_name, k=k, **kw)
-    mem.add_all([Session(id=str(n.position), turns=[Turn(role=n.role or 'note', content=text(n) or ' ')]) for n in notes])
+    mem.add_all([Session(id=str(i), turns=[Turn(role=n.role or 'note', content=text(n) or ' ')]) for i, n in enumerate(notes)])
     out = []
     for e in mem.search(query, k=mem.n_units):
-        p = int(e.session_id)
+        p = notes[int(e.session_id)].id
         if e.score > 0 and p not in out: out.append(p)
     return out[:k]
 
 class NotesStrategy(RollingStrategy):
-    "Rolling retrieval: forgotten messages live on as notes; a compaction shows the head, the notes most relevant to the question, the tail."
+    "Rolling retrieval: forgotten messages live on as notes (one per paragraph); a compaction shows the head, the notes most relevant to the question, the tail."
     kind, prefix = 'retrieval', NOTES_PREFIX
     def __init__(self, max_size: Optional[int]=100, # compaction trigger: more messages than this (seed 004 §4.1)
                  max_tokens: Optional[int]=32_000, # compaction trigger: more context tokens than this
@@ -607,20 +705,22 @@ class NotesStrategy(RollingStrategy):
     def observe(self, messages: list[dict]) -> None:
         for p in range(self.seen, len(messages)):
             m = messages[p]
-            if p >= self.keep_first and m.get('role') != 'system' and not is_memory_block(m) and content_text(m).strip():
-                self.add_note(Note(p, m.get('role', ''), content_text(m)))
+            if p < self.keep_first or m.get('role') == 'system' or is_memory_block(m): continue
+            ps, q = paragraphs(content_text(m)), search_query(content_text(m))
+            for j, t in enumerate(ps, 1): self.add_note(Note(p, m.get('role', ''), t, part=j if len(ps) > 1 else 0, search=q))
         self.seen = max(self.seen, len(messages))
-    def add_note(self, note: Note) -> None: self.notes[note.position] = note
+    def add_note(self, note: Note) -> None: self.notes[note.id] = note
     def query(self, observation: Any) -> str:
-        "The episode's question, else the current observation's text."
-        return str(self.state.get('question') or '') or content_text(observation)
-    def rank(self, notes: list[Note], query: str) -> list[int]: raise NotImplementedError
-    def render(self, n: Note) -> str: return f'- #{n.position} {n.role}: {clip_tokens(n.text, self.note_tokens)}'
+        "The episode's question and the current observation's search; without a question, the current observation's text."
+        q = str(self.state.get('question') or '')
+        return ' '.join(x for x in (q, search_query(content_text(observation))) if x) if q else content_text(observation)
+    def rank(self, notes: list[Note], query: str) -> list: raise NotImplementedError
+    def render(self, n: Note) -> str: return f'- #{n.id} {n.role}: {clip_tokens(n.text, self.note_tokens)}'
     def condense(self, forgotten, positions, previous, messages, observation):
         t = time.perf_counter()
         gone = set(positions).union(*(range(r.forgotten_events_start, r.forgotten_events_end) for r in self.records))
-        cands, q = [self.notes[p] for p in sorted(gone) if p in self.notes], self.query(observation)
-        header = f'Notes kept from {len(cands)} earlier messages ({self.name}), most relevant to: {clip_tokens(q, 40)}'
+        cands, q = [n for n in self.notes.values() if n.position in gone], self.query(observation)
+        header = f'Notes kept from {len({n.position for n in cands})} earlier messages ({self.name}), most relevant to: {clip_tokens(q, 40)}'
         budget, lines = self.block_budget() - count_tokens(self.prefix) - count_tokens(header), []
         for p in self.rank(cands, q):
             line = self.render(self.notes[p])
@@ -663,34 +763,53 @@ def note_keywords(text: str, # a note's text
 
 @MANAGERS.register('amem-notes')
 class AMemNotes(NotesStrategy):
-    "A-Mem-like notes (offline): keywords, links by shared keywords, evolution of linked notes' context; retrieval adds linked notes."
+    "A-Mem-like notes (offline): keywords, links by shared names, evolution of linked notes' context; retrieval follows links."
     def __init__(self, max_size: Optional[int]=100, # compaction trigger: more messages than this (seed 004 §4.1)
                  max_tokens: Optional[int]=32_000, # compaction trigger: more context tokens than this
                  keep_first: int=1, # messages pinned at the start
                  condensation_ratio: float=0.75, # the view shrinks to this fraction of both limits
-                 k: int=5, # notes retrieved per compaction (each followed by its linked notes)
+                 k: int=5, # notes retrieved per compaction (each followed by the notes its links lead to)
                  note_tokens: int=120, # a longer note is clipped in the block
                  notes_tokens: Optional[int]=None, # the notes block's budget; None: a quarter of the token target
                  n_keywords: int=5, # keywords per note
-                 min_shared: int=2 # shared keywords that link two notes
+                 min_shared: int=1, # shared names (or identifiers) that link two notes
+                 depth: int=4 # links followed from a retrieved note, transitively (0: none)
                 ):
-        self.n_keywords, self.min_shared = n_keywords, min_shared
+        self.n_keywords, self.min_shared, self.depth = n_keywords, min_shared, depth
         super().__init__(max_size, max_tokens, keep_first, condensation_ratio, k, note_tokens, notes_tokens)
+    def reset(self) -> None:
+        super().reset(); self.named, self.opening, self.openers = defaultdict(list), defaultdict(list), {}
+    def shared(self, a: Note, b: Note) -> set[str]:
+        "The names two notes share: one note's name that the other has, or opens a sentence with."
+        return (set(a.entities) & (set(b.entities) | self.openers[b.id])) | (self.openers[a.id] & set(b.entities))
     def add_note(self, note: Note) -> None:
-        note.keywords = note_keywords(note.text, self.n_keywords)
-        for old in self.notes.values():
-            shared = [w for w in note.keywords if w in old.keywords]
-            if len(shared) >= self.min_shared:
-                note.links.append(old.position); old.links.append(note.position)
-                old.context = f'later note #{note.position} shares {", ".join(shared)}'   # evolution: the linked note's context changes
-        self.notes[note.position] = note
+        note.keywords, note.entities = note_keywords(note.text, self.n_keywords), entities(note.text)
+        self.openers[note.id] = set(entities(note.text, openers=True)) - set(note.entities)
+        near = [q for e in note.entities for q in self.named[e] + self.opening[e]] + [q for w in self.openers[note.id] for q in self.named[w]]
+        for q in dict.fromkeys(near):
+            old, names = self.notes[q], self.shared(note, self.notes[q])
+            if len(names) < self.min_shared: continue
+            note.links.append(q); old.links.append(note.id)
+            kw = [w for w in note.keywords if w in old.keywords]
+            old.context = f'later note #{note.id} shares {", ".join(kw or sorted(names))}'   # evolution: the linked note's context changes
+        for e in note.entities: self.named[e].append(note.id)
+        for w in self.openers[note.id]: self.opening[w].append(note.id)
+        self.notes[note.id] = note
     def rank(self, notes, query):
-        idx = {n.position for n in notes}
-        top = rank_notes('bm25', notes, query, self.k, text=lambda n: ' '.join([n.text, *n.keywords, n.context]))
-        return list(dict.fromkeys(q for p in top for q in [p, *self.notes[p].links] if q in idx))
-    def render(self, n: Note) -> str:
-        extra = f" [keywords: {', '.join(n.keywords)}" + (f"; links: {', '.join(f'#{q}' for q in n.links)}" if n.links else '') + ']'
-        return super().render(n) + extra + (f' ({n.context})' if n.context else '')
+        "The notes BM25 retrieves, each followed depth first by the notes its links lead to (bridges only past the first link)."
+        ids, out, known = {n.id for n in notes}, {}, set(entities(query))
+        def visit(p, d):
+            if p in out: return
+            out[p] = n = self.notes[p]
+            new = set(n.entities) - known; known.update(n.entities)
+            if d >= self.depth: return
+            via = {q: self.shared(n, self.notes[q]) for q in n.links if q in ids and q not in out}
+            onward = lambda q: sum(1 for r in self.notes[q].links if r in ids and r not in out and self.shared(self.notes[q], self.notes[r]) - known)
+            about = lambda q: any(e in self.notes[q].search.lower() for e in via[q] & new)
+            nxt = list(via) if d == 0 else [q for q in via if via[q] & new and about(q)] or [q for q in via if via[q] & new]
+            for q in sorted(nxt, key=lambda q: (not via[q] & new, not about(q), -onward(q))): visit(q, d + 1)
+        for p in rank_notes('bm25', notes, query, self.k, text=lambda n: ' '.join([n.text, *n.keywords, n.context])): visit(p, 0)
+        return list(out)
     def retriever(self) -> str: return 'amem-offline'
 
 # %% ../../../nbs/protocols/memgym/02_strategies.ipynb #0022cd9b
