@@ -240,7 +240,7 @@ class MemGymParams(Record):
     tracks: list[Literal['dr', 'codeqa']] = Field(default_factory=lambda: ['dr', 'codeqa'], min_length=1)
     strategies: list[str] = Field(default_factory=lambda: ['none', 'llm-summarizing', 'structured-summary', 'bm25-notes', 'dense-notes', 'amem-notes'], min_length=2)
     dr_hops: list[int] = Field(default_factory=lambda: [3, 4, 5, 6], min_length=1)   # DR hop counts (strata 3, 4, 5/6)
-    dr_budgets: list[PosInt] = Field(default_factory=lambda: [20_000, 100_000], min_length=1)   # DR token budgets (10K to 1M)
+    dr_budgets: list[PosInt] = Field(default_factory=lambda: [20_000, 50_000], min_length=1)   # DR token budgets (10K to 1M)
     n_dr: PosInt = 6                          # DR candidates per hop count and budget
     codeqa_budgets: list[PosInt] = Field(default_factory=lambda: [10_000, 50_000], min_length=1)   # seed 004: 10k, 50k, 100k, 500k
     n_codeqa: PosInt = 6                      # CodeQA candidates per budget
