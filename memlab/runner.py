@@ -620,7 +620,7 @@ def unit_view(inst: Instance, # the unit's instance
              ) -> Optional[Callable]:
     "query -> what the policy searches under the condition's evidence setting; None when the condition names none (the memory itself)."
     if 'evidence' not in cond: return None
-    setting, sessions = EVIDENCE[cond['evidence']], history(inst, cond)
+    setting, sessions = EVIDENCE.get_impl(cond['evidence']), history(inst, cond)   # a worker loads the plugins that register it
     return lambda q: setting(mem, q, inst, sessions)
 
 class _Rollout:

@@ -104,10 +104,10 @@ class ManagedContext(Memory):
     def params(self): return dict(strategy=self.strategy, notes_tokens=self.notes_tokens)
     def reset(self):
         spec = dict(self.strategy); self.manager = make_manager(spec.pop('name'), **spec)
-        self.history, self.raw, self.trace, self.filtered, self.visible = [], set(), [], [], []
+        self.history, self.raw, self.task, self.trace, self.filtered, self.visible = [], set(), set(), [], [], []
     def add(self, session: Session):
         msg = {'role': 'user', 'content': '\n\n'.join(t.content for t in session.turns)}
-        if session.meta.get('kind') == 'task': self.manager.set_episode_state(question=session.meta.get('question'))
+        if session.meta.get('kind') == 'task': self.manager.set_episode_state(question=session.meta.get('question')); self.task.add(msg['content'])
         else: self.raw.add(msg['content']); self.visible = session.meta.get('documents') or []
         self.history.append(msg)
         f = self.manager.manage_context(list(self.history), msg, {'step': len(self.history) - 1})
@@ -116,8 +116,7 @@ class ManagedContext(Memory):
         self.trace.append(md); self.filtered = f.content
     def notes(self) -> str:
         "What the strategy wrote (not a raw observation, not the task), clipped to the notes budget."
-        kept = [m.get('content') or '' for m in self.filtered if (m.get('content') or '') not in self.raw and not (m.get('content') or '').startswith('Research question:')
-                and not (m.get('content') or '').startswith('Bug report:')]
+        kept = [c for m in self.filtered if (c := m.get('content') or '') not in self.raw and c not in self.task]
         return CQ.clip_notes('\n\n'.join(k for k in kept if k.strip()), self.notes_tokens)
     def search(self, query: str, k: Optional[int]=None) -> list[Evidence]:
         return [Evidence(text=self.notes(), session_id='notes', rank=0, meta={'kind': 'notes', 'trace': self.trace}),
