@@ -183,3 +183,22 @@ def test_default_offline_memgym_run_pairs_memory_against_none(runs):
     assert gh.loc['amem-notes', '5/6'] > gh.loc['bm25-notes', '5/6'] and gh.loc['llm-summarizing', '5/6'] > gh.loc['bm25-notes', '5/6'], gh
     dr = mg[mg['track'] == 'dr'].pivot_table(index='strategy', columns='budget', values='gain')
     assert (dr[dr.columns.max()] > dr[dr.columns.min()])[['amem-notes', 'llm-summarizing']].all(), dr
+
+
+def test_default_offline_memgym_distractors_mislead_the_strategies_that_keep_them(runs):
+    """Issue 15, item 6: distractors mislead a strategy that keeps them. The None control keeps no notes and is never misled;
+    an answer follows a DR contradiction only when the notes kept it; the summarizing strategies keep the contradictions in
+    (nearly) every DR episode and follow them in a large share; flat retrieval over notes scores higher on the episodes
+    whose notes kept no contradiction."""
+    _, res, _ = runs['memgym-defaults']
+    dt = pd.read_csv(res / 'distractors.csv')
+    none = dt[dt['strategy'] == 'none']
+    assert len(none) and (none['kept'] == 0).all() and (none['misled'] == 0).all(), none
+    dr = dt[dt['track'] == 'dr'].set_index(['strategy', 'budget'])
+    assert (dr['misled_when_not_kept'].fillna(0) == 0).all(), dr['misled_when_not_kept']
+    summ = dr.loc[['llm-summarizing', 'structured-summary']]
+    assert (summ['kept'] >= 0.9).all() and (summ['misled'] >= 0.3).all(), summ[['kept', 'misled']]
+    bm = dr.loc['bm25-notes']
+    assert (bm['score_when_not_kept'] > bm['score_when_kept']).all(), bm[['score_when_kept', 'score_when_not_kept']]
+    cq = dt[(dt['track'] == 'codeqa') & (dt['strategy'] != 'none')]
+    assert (cq['misled_when_not_kept'].fillna(0) == 0).all() and (cq['noise_rejection'] < 1).any(), cq

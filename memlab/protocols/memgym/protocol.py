@@ -20,8 +20,9 @@ from . import dr as DR, codeqa as CQ
 
 # %% auto #0
 __all__ = ['MEMGYM_PARAMS', 'dr_instances', 'codeqa_instances', 'dr_candidates', 'memgym_dr_dataset', 'memgym_codeqa_dataset',
-           'ManagedContext', 'answer_prompt', 'MemGymAnswer', 'MemGymOfflineJudge', 'MemGymLLMJudge', 'strategy_of',
-           'episode_frame', 'instance_frame', 'compression_table', 'MemGymParams', 'check_params']
+           'session_message', 'context_refs', 'rebuild_context', 'ManagedContext', 'answer_prompt', 'MemGymAnswer',
+           'MemGymOfflineJudge', 'MemGymLLMJudge', 'strategy_of', 'episode_frame', 'instance_frame', 'distractor_table',
+           'compression_table', 'MemGymParams', 'check_params']
 
 # %% ../../../nbs/protocols/memgym/06_protocol.ipynb #dff1712e
 def _tag(iid: str, budget: Optional[int]) -> str:
@@ -40,8 +41,9 @@ def dr_instances(insts: list, # DRInstance records (`dr.synth_dr`)
                         meta=dict(kind='observation', documents=[x.model_dump() for x in DR.visible_docs(d, k)]))
                 for k, o in enumerate(obs)]
         b = budget or d.total_tokens
+        contra = list({c['contradicted_claim']: dict(claim=c['contradicted_claim'], wrong_answer=c['wrong_answer']) for c in d.contradictions}.values())
         q = Query(id=f'{iid}-q', question=d.question, answers=[d.answer], qtype=f'{d.num_hops}-hop', task='memgym-dr',
-                  evidence=[s.id for s in ses[1:]], meta=dict(track='dr', hops=d.num_hops, budget=b, instance=d.instance_id))
+                  evidence=[s.id for s in ses[1:]], meta=dict(track='dr', hops=d.num_hops, budget=b, instance=d.instance_id, contradictions=contra))
         out.append(Instance(id=iid, sessions=ses, queries=[q], meta=dict(track='dr', hops=d.num_hops, budget=b)))
     return out
 
@@ -91,6 +93,25 @@ def memgym_codeqa_dataset(n: int=8, # instances
     return insts if keep is None else [i for i in insts if i.id in set(keep)]
 
 # %% ../../../nbs/protocols/memgym/06_protocol.ipynb #08867854
+def session_message(session: Session) -> dict:
+    "The history message an episode's session enters `manage_context` as."
+    return {'role': 'user', 'content': '\n\n'.join(t.content for t in session.turns)}
+
+def context_refs(content: list[dict], # a FilteredContext's messages
+                 history: list[dict] # the episode's history so far
+                ) -> list:
+    "The filtered context as references: a history index for a message kept as it was, the message itself for one a strategy wrote."
+    at = {(m['role'], m['content']): i for i, m in enumerate(history)}
+    return [at[k] if set(m) <= {'role', 'content'} and (k := (m.get('role'), m.get('content'))) in at else dict(m) for m in content]
+
+def rebuild_context(inst: Instance, # the episode's instance
+                    trace: list[dict], # the stored trace (the notes unit's `meta['trace']`)
+                    step: int # the step (index into the trace)
+                   ) -> list[dict]:
+    "The messages the model saw at `step`, rebuilt from the stored trace and the instance without re-running the strategy."
+    history = [session_message(s) for s in inst.sessions]
+    return [history[r] if isinstance(r, int) else r for r in trace[step]['context']]
+
 @MEMORIES.register('memgym-context')
 class ManagedContext(Memory):
     "A MemGym memory strategy (`MANAGERS`) run over an episode's observations; search returns its notes and the visible documents."
@@ -106,13 +127,14 @@ class ManagedContext(Memory):
         spec = dict(self.strategy); self.manager = make_manager(spec.pop('name'), **spec)
         self.history, self.raw, self.task, self.trace, self.filtered, self.visible = [], set(), set(), [], [], []
     def add(self, session: Session):
-        msg = {'role': 'user', 'content': '\n\n'.join(t.content for t in session.turns)}
+        msg = session_message(session)
         if session.meta.get('kind') == 'task': self.manager.set_episode_state(question=session.meta.get('question')); self.task.add(msg['content'])
         else: self.raw.add(msg['content']); self.visible = session.meta.get('documents') or []
         self.history.append(msg)
         f = self.manager.manage_context(list(self.history), msg, {'step': len(self.history) - 1})
         md = {k: v for k, v in f.metadata.items() if k != 'stages'}
         md['crossed'] = len(self.history) > self.trigger_size or count_tokens(self.history) > self.trigger_tokens
+        md['observation'], md['context'] = session.id, context_refs(f.content, self.history)
         self.trace.append(md); self.filtered = f.content
     def notes(self) -> str:
         "What the strategy wrote (not a raw observation, not the task), clipped to the notes budget."
@@ -168,12 +190,22 @@ class _MemGymJudge(Judge):
         if s is None: return 'unparsed', None, 'unparsed judge reply'
         return ('CORRECT' if s >= 0.5 else 'WRONG'), float(s), f'score {s:.3f}'
     def _none_score(self, query): return 0.0
+    def _noise(self, d: dict, answer: str, question: str) -> Optional[bool]: raise NotImplementedError
+    def misled(self, track: str, # 'dr' or 'codeqa'
+               distractors: list[dict], # DR: the query's `contradictions`; CodeQA: the instance's distractors
+               answer: Optional[str], # the answer (CodeQA: the instance's answers joined, as `score_instance` does)
+               question: str='' # CodeQA: the task prompt the noise judge reads
+              ) -> list[Optional[bool]]:
+        "Per distractor, whether the answer followed it: DR, the answer is an adversarial contradiction's wrong answer; CodeQA, the noise judge."
+        if track == 'dr': return [bool(answer) and DR._norm(answer) == DR._norm(c['wrong_answer']) for c in distractors]
+        return [self._noise(d, answer or '', question) for d in distractors]
 
 @register_judge('memgym-offline')
 class MemGymOfflineJudge(_MemGymJudge):
     "Offline MemGym judges (no LLM): DR's fact-overlap answer score, CodeQA's linked-fact share."
     model = 'offline'
     def prompt_texts(self): return 'memgym-offline-v1'
+    def _noise(self, d, answer, question): return CQ.offline_noise_judge(CQ.DistractorFact(**d), answer, question)
     def _score(self, query, answer):
         if query.meta['track'] == 'dr': return DR.offline_answer_score(query.answers[0], answer, query.question)
         facts = [CQ.GroundingFact(**f) for f in query.meta['linked_facts']]
@@ -184,7 +216,9 @@ class MemGymLLMJudge(_MemGymJudge):
     "The tracks' LLM judges, verbatim: DR's ANSWER_JUDGE_PROMPT, CodeQA's FACT_JUDGE_PROMPT per linked fact."
     def __init__(self, complete, model: str='gpt-4o-mini', temperature: float=0.0, max_tokens: Optional[int]=256):
         self.complete, self.model, self.params = complete, model, dict(temperature=temperature, **({'max_tokens': max_tokens} if max_tokens else {}))
-    def prompt_texts(self): return dict(dr=DR.ANSWER_JUDGE_PROMPT, fact=CQ.FACT_JUDGE_PROMPT)
+    def prompt_texts(self): return dict(dr=DR.ANSWER_JUDGE_PROMPT, fact=CQ.FACT_JUDGE_PROMPT, noise=CQ.NOISE_JUDGE_PROMPT)
+    def _noise(self, d, answer, question):
+        return CQ.parse_noise_reply(self.ask([{'role': 'user', 'content': CQ.noise_judge_prompt(CQ.DistractorFact(**d), answer, question)}]))
     def _score(self, query, answer):
         ask = lambda p: self.ask([{'role': 'user', 'content': p}])
         if query.meta['track'] == 'dr': return DR.parse_judge(ask(DR.answer_judge_prompt(query.answers[0], answer, query.question)))
@@ -211,9 +245,11 @@ def episode_frame(store, # a scored store of a MemGym run
     for _, r in fr[fr['error'].isna() & (fr['n_judged'].fillna(0) > 0)].iterrows():
         m, tr = meta[r['query_id']], ro[r['rollout_id']].trajectory
         trace = next((u.meta.get('trace') for s in tr.steps for u in s.observation if u.meta.get('kind') == 'notes'), []) or []
+        notes = next((u.text for s in tr.steps for u in s.observation if u.meta.get('kind') == 'notes'), '')
         rows.append(dict(track=m['track'], strategy=strategy_of(r['memory']), reasoner=r['policy_label'], instance_id=r['instance_id'],
                          query_id=r['query_id'], budget=m.get('budget'), hops=m.get('hops', float('nan')), score=float(r['score']),
-                         resolved=float(r['score']) >= 0.5, crossed=any(t.get('crossed') for t in trace), trace=trace, answer=r['answer']))
+                         resolved=float(r['score']) >= 0.5, crossed=any(t.get('crossed') for t in trace), trace=trace, answer=r['answer'],
+                         notes=notes))
     return pd.DataFrame(rows)
 
 def instance_frame(ef: pd.DataFrame # `episode_frame` rows
@@ -226,6 +262,36 @@ def instance_frame(ef: pd.DataFrame # `episode_frame` rows
                 .agg(score=('ok', 'mean'), crossed=('crossed', 'any'), hops=('hops', 'first'), trace=('trace', 'first')))
         cq['resolved'] = cq['score'] >= 0.5
     return pd.concat([dr, cq], ignore_index=True)[['track', 'strategy', 'reasoner', 'instance_id', 'budget', 'hops', 'score', 'resolved', 'crossed', 'trace']]
+
+def _kept(track: str, d: dict, notes: str) -> bool:
+    "Whether the notes carry a distractor (DR: the contradiction's sentence; CodeQA: `carries`, its distinctive terms)."
+    return DR._norm(d['claim']) in DR._norm(notes) if track == 'dr' else CQ.carries(d['content'], notes, '')
+
+def distractor_table(ef: pd.DataFrame, # `episode_frame` rows
+                     instances: list[Instance], # the run's instances
+                     judge # the judge the run was scored with (its `misled` verdicts)
+                    ) -> pd.DataFrame:
+    "Per (track, strategy, reasoner, budget): how often the notes keep a distractor, how often the answer follows one, the score with and without, and noise rejection (1 - misled / distractors)."
+    qs = {q.id: q for i in instances for q in i.queries}
+    eps = []
+    for (track, s, r, iid, b), g in ef.groupby(['track', 'strategy', 'reasoner', 'instance_id', 'budget']):
+        qq = [qs[x] for x in g['query_id']]
+        if track == 'dr': ds, answer, question, score = qq[0].meta['contradictions'], g['answer'].iloc[0], qq[0].question, g['score'].iloc[0]
+        else:
+            ds = list({d['id']: d for q in qq for d in q.meta['distractors']}.values())
+            answer, question = ' '.join(a for a in g['answer'] if isinstance(a, str)), qq[0].inputs.get('task_prompt', '')
+            score = float((g['score'] >= 0.5).mean())
+        v = [x for x in judge.misled(track, ds, answer, question) if x is not None]
+        eps.append(dict(track=track, strategy=s, reasoner=r, budget=b, score=score, kept=any(_kept(track, d, g['notes'].iloc[0]) for d in ds),
+                        misled=any(v), noise_rejection=1 - sum(v) / len(v) if v else float('nan')))
+    e = pd.DataFrame(eps)
+    share = lambda x: float(x.mean()) if len(x) else float('nan')
+    rows = [dict(track=t, strategy=s, reasoner=r, budget=b, episodes=len(g), kept=share(g['kept']), misled=share(g['misled']),
+                 misled_when_kept=share(g.loc[g['kept'], 'misled']), misled_when_not_kept=share(g.loc[~g['kept'], 'misled']),
+                 score_when_kept=share(g.loc[g['kept'], 'score']), score_when_not_kept=share(g.loc[~g['kept'], 'score']),
+                 noise_rejection=share(g['noise_rejection'].dropna()))
+            for (t, s, r, b), g in e.groupby(['track', 'strategy', 'reasoner', 'budget'])]
+    return pd.DataFrame(rows)
 
 def compression_table(ep: pd.DataFrame # `episode_frame` rows
                      ) -> pd.DataFrame:
