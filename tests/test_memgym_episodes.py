@@ -3,7 +3,8 @@ context the model saw at any step is rebuilt from the store and the instance alo
 import pytest
 from memlab.runner import RunConfig, run, score, build_judge
 from memlab.protocols.memgym.contract import MANAGERS
-from memlab.protocols.memgym.protocol import memgym_dr_dataset, memgym_codeqa_dataset, ManagedContext, rebuild_context, episode_frame
+from memlab.protocols.memgym.protocol import (memgym_dr_dataset, memgym_codeqa_dataset, ManagedContext, rebuild_context, episode_frame,
+                                              instance_frame, MemGymOfflineJudge, EPISODE_COLUMNS)
 
 STRATEGIES = ['none', 'sliding-window', 'observation-masking', 'llm-summarizing', 'structured-summary', 'bm25-notes', 'dense-notes',
               'amem-notes', 'pipeline']
@@ -60,3 +61,18 @@ def test_compacting_strategies_store_what_they_wrote(stored):
     assert (wrote['notes'].str.len() > 0).all()
     assert any(isinstance(ref, dict) for tr in wrote['trace'] for t in tr for ref in t['context'])   # a strategy-written message is stored as text
     assert (ef[ef['strategy'] == 'none']['notes'] == '').all()
+
+
+class Unparsed(MemGymOfflineJudge):
+    "A judge whose every reply is unparsed (as a tiny real model's verdicts often are)."
+    def prompt_texts(self): return 'unparsed-judge-test'       # its own judge id: the offline judge's verdicts are not reused
+    def _score(self, query, answer): return None
+
+
+def test_a_run_whose_every_verdict_is_unparsed_gives_an_empty_frame_not_an_error(stored):
+    "Found with the real model: the section failed with a KeyError when no answer was judged."
+    st, insts, _ = stored['dr']
+    j = Unparsed(); score(st, insts, judge_obj=j)
+    ef = episode_frame(st, j, insts)
+    assert ef.empty and list(ef.columns) == EPISODE_COLUMNS
+    assert instance_frame(ef).empty

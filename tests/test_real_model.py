@@ -91,6 +91,29 @@ def test_memoryagentbench_with_a_real_model(server, work):
     assert len(df) >= 4 and not df['error'].fillna('').str.contains('valid string').any(), df['error'].tolist()
 
 
+def test_memgym_with_a_real_reasoner_summarizer_and_judge(server, work):
+    "MemGym-DR (no filler, 3 hops): the real model summarizes past the trigger, answers the evicted prompt and judges it."
+    n0 = server.n_chat()
+    papermill(work, 'memgym', backend='openai', base_url=server.url, timeout=TIMEOUT, concurrency=2, out_root=str(work / 'mg'),
+              n_resamples=50, models=[ALIAS], summarizer_model=ALIAS, judge_model=ALIAS, strategies=['none', 'llm-summarizing'],
+              tracks=['dr'], dr_hops=[3], dr_budgets=[1000], n_dr=1, verify=False, max_tokens=400, answer_max_tokens=MAX_TOKENS)
+    (st,) = stores(work / 'mg')
+    df = results_frame(st)
+    assert len(df) == 2 and df['error'].isna().all(), df['error'].tolist()
+    assert (df['policy_label'] == f'openai:{ALIAS}').all()
+    traces = [u.meta['trace'] for r in ResultsStore(st).rollout_records() for s in r.trajectory.steps for u in s.observation
+              if u.meta.get('kind') == 'notes']
+    events = [t['condensation_event'] for tr in traces for t in tr if t.get('condensation_event')]
+    assert events and all(e['summarization_model'] == ALIAS and e['summarizer_completion_tokens'] > 0 for e in events), events
+    sc = ResultsStore(st).scores()
+    assert len(sc) == 2 and set(sc['judge']) == {'memgym-llm'} and set(sc['label']) <= {'CORRECT', 'WRONG', 'unparsed'}
+    assert server.n_chat() - n0 >= 2 + 2 + len(events)      # answers, verdicts and summaries reached the server
+    out = json.dumps([c.get('outputs', []) for c in json.loads((work / 'memgym.ipynb').read_text())['cells']])
+    if (sc['label'] == 'unparsed').all():                  # the tiny model's verdicts are often not JSON: reported, not scored
+        assert 'no answer was judged' in out and not list((work / 'mg').rglob('memory_gain.csv'))
+    else: assert list((work / 'mg').rglob('memory_gain.csv'))
+
+
 def _config(work, server, name, seed) -> Path:
     cfg = dict(name=name, section='real', dataset={'kind': 'synthetic', 'params': {'n_instances': 1, 'queries_per_instance': 3,
                                                                                   'n_filler': 2, 'seed': seed}},

@@ -19,10 +19,10 @@ import memlab.protocols.memgym.strategies  # noqa: F401  (registers the strategi
 from . import dr as DR, codeqa as CQ
 
 # %% auto #0
-__all__ = ['MEMGYM_PARAMS', 'dr_instances', 'codeqa_instances', 'dr_candidates', 'memgym_dr_dataset', 'memgym_codeqa_dataset',
-           'session_message', 'context_refs', 'rebuild_context', 'ManagedContext', 'answer_prompt', 'MemGymAnswer',
-           'MemGymOfflineJudge', 'MemGymLLMJudge', 'strategy_of', 'episode_frame', 'instance_frame', 'distractor_table',
-           'compression_table', 'MemGymParams', 'check_params']
+__all__ = ['EPISODE_COLUMNS', 'MEMGYM_PARAMS', 'dr_instances', 'codeqa_instances', 'dr_candidates', 'memgym_dr_dataset',
+           'memgym_codeqa_dataset', 'session_message', 'context_refs', 'rebuild_context', 'ManagedContext',
+           'answer_prompt', 'MemGymAnswer', 'MemGymOfflineJudge', 'MemGymLLMJudge', 'strategy_of', 'episode_frame',
+           'instance_frame', 'distractor_table', 'compression_table', 'MemGymParams', 'check_params']
 
 # %% ../../../nbs/protocols/memgym/06_protocol.ipynb #dff1712e
 def _tag(iid: str, budget: Optional[int]) -> str:
@@ -233,6 +233,9 @@ def strategy_of(memory: str) -> str:
     m = re.search(r"'name': '([^']+)'", memory)
     return m.group(1) if m else memory
 
+EPISODE_COLUMNS = ['track', 'strategy', 'reasoner', 'instance_id', 'query_id', 'budget', 'hops', 'score', 'resolved', 'crossed', 'trace',
+                   'answer', 'notes']
+
 def episode_frame(store, # a scored store of a MemGym run
                   judge, # the judge object used
                   instances: list[Instance] # the run's instances
@@ -250,7 +253,7 @@ def episode_frame(store, # a scored store of a MemGym run
                          query_id=r['query_id'], budget=m.get('budget'), hops=m.get('hops', float('nan')), score=float(r['score']),
                          resolved=float(r['score']) >= 0.5, crossed=any(t.get('crossed') for t in trace), trace=trace, answer=r['answer'],
                          notes=notes))
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=EPISODE_COLUMNS)
 
 def instance_frame(ef: pd.DataFrame # `episode_frame` rows
                   ) -> pd.DataFrame:
