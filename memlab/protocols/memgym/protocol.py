@@ -36,7 +36,8 @@ def dr_instances(insts: list, # DRInstance records (`dr.synth_dr`)
     out = []
     for d in insts:
         obs, iid = DR.observations(d), _tag(d.instance_id, budget)
-        ses = [Session(id=f'{iid}-task', turns=[Turn(role='user', content=f'Research question: {d.question}')], meta=dict(kind='task', question=d.question))]
+        ses = [Session(id=f'{iid}-task', turns=[Turn(role='user', content=f'Research question: {d.question}')],
+                       meta=dict(kind='task', question=d.question, turns=len(obs)))]
         ses += [Session(id=f'{iid}-t{k + 1}', turns=[Turn(role='user', content=o)],
                         meta=dict(kind='observation', documents=[x.model_dump() for x in DR.visible_docs(d, k)]))
                 for k, o in enumerate(obs)]
@@ -118,22 +119,32 @@ class ManagedContext(Memory):
     family, single_pass = 'planar', True
     def __init__(self, strategy: dict={'name': 'none'}, # the context manager spec, e.g. {'name': 'llm-summarizing', 'max_size': 10}
                  notes_tokens: int=500, # the notes budget at answer time (eviction_policy.notes_budget_tokens)
-                 trigger_size: int=100, trigger_tokens: int=32_000 # the comparison's trigger, recorded to tell whether an episode crossed it
+                 trigger_size: int=100, trigger_tokens: int=32_000, # the comparison's trigger, recorded to tell whether an episode crossed it
+                 autoscale: bool=True # DR: eval/agent.py's max_size = max(2, turns - 1) when max_size >= turns (not for the None control)
                 ):
-        super().__init__(k=2); self.strategy, self.notes_tokens = dict(strategy), notes_tokens
+        super().__init__(k=2); self.strategy, self.notes_tokens, self.autoscale = dict(strategy), notes_tokens, autoscale
         self.trigger_size, self.trigger_tokens = trigger_size, trigger_tokens; self.reset()
-    def params(self): return dict(strategy=self.strategy, notes_tokens=self.notes_tokens)
+    def params(self): return dict(strategy=self.strategy, notes_tokens=self.notes_tokens, autoscale=self.autoscale)
     def reset(self):
         spec = dict(self.strategy); self.manager = make_manager(spec.pop('name'), **spec)
         self.history, self.raw, self.task, self.trace, self.filtered, self.visible = [], set(), set(), [], [], []
+        self.size = self.trigger_size                                   # the episode's message trigger (autoscaled on DR)
+    def _scale(self, turns: int):
+        "eval/agent.py's auto-scaled max_size for an episode of `turns` turns: the strategy is rebuilt with it."
+        spec = dict(self.strategy); name = spec.pop('name')
+        if name == 'none' or 'max_size' not in spec: return
+        size = DR.max_size_for(turns, name, spec['max_size'])
+        if size != spec['max_size']: self.manager, self.size = make_manager(name, **{**spec, 'max_size': size}), size
     def add(self, session: Session):
         msg = session_message(session)
-        if session.meta.get('kind') == 'task': self.manager.set_episode_state(question=session.meta.get('question')); self.task.add(msg['content'])
+        if session.meta.get('kind') == 'task':
+            if self.autoscale and session.meta.get('turns'): self._scale(session.meta['turns'])
+            self.manager.set_episode_state(question=session.meta.get('question')); self.task.add(msg['content'])
         else: self.raw.add(msg['content']); self.visible = session.meta.get('documents') or []
         self.history.append(msg)
         f = self.manager.manage_context(list(self.history), msg, {'step': len(self.history) - 1})
         md = {k: v for k, v in f.metadata.items() if k != 'stages'}
-        md['crossed'] = len(self.history) > self.trigger_size or count_tokens(self.history) > self.trigger_tokens
+        md['crossed'] = len(self.history) > self.size or count_tokens(self.history) > self.trigger_tokens
         md['observation'], md['context'] = session.id, context_refs(f.content, self.history)
         self.trace.append(md); self.filtered = f.content
     def notes(self) -> str:
@@ -315,6 +326,7 @@ class MemGymParams(Record):
     max_size: PosInt = 100                    # compaction trigger: messages (seed 004 4.1: 100)
     max_tokens: PosInt = 8000                 # compaction trigger: context tokens (seed 004: 32K)
     notes_tokens: PosInt = 500                # notes budget at answer time (eviction_policy.notes_budget_tokens)
+    dr_autoscale: bool = True                 # DR: eval/agent.py's max_size = max(2, turns - 1) for every strategy but None
     verify: bool = True                       # run the tracks' verifiers and keep what they keep
     backend: str = 'offline'                  # reasoner: 'offline' | 'openai' | 'anthropic'
     models: list[str] = Field(default_factory=lambda: ['claude-sonnet-4-5'])   # reasoners (seed 004: Sonnet 4.5)
@@ -353,7 +365,7 @@ class MemGymParams(Record):
             st = {'name': s} if s == 'none' else {'name': s, 'max_size': self.max_size, 'max_tokens': self.max_tokens}
             if self.summarizer_model and s in ('llm-summarizing', 'structured-summary'): st['summarizer'] = self.backend_spec(self.summarizer_model)
             out.append({'name': 'memgym-context', 'strategy': st, 'notes_tokens': self.notes_tokens, 'trigger_size': self.max_size,
-                        'trigger_tokens': self.max_tokens})
+                        'trigger_tokens': self.max_tokens, **({} if self.dr_autoscale else {'autoscale': False})})
         return out
 
     def policies(self) -> list[dict]:

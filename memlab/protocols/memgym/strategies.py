@@ -142,8 +142,6 @@ class RollingStrategy(Strategy):
                  condensation_ratio: float=0.75 # a compaction shrinks the view to this fraction of both limits (OpenHands: 0.5)
                 ):
         if not 0 < condensation_ratio <= 1: raise ValueError(f'condensation_ratio ({condensation_ratio}) must be in (0, 1]')
-        if max_size is not None and keep_first >= int(max_size * condensation_ratio):
-            raise ValueError(f'keep_first ({keep_first}) must be less than int(max_size * condensation_ratio) ({int(max_size * condensation_ratio)})')
         self.condensation_ratio = condensation_ratio
         super().__init__(max_size, max_tokens, keep_first)
     def reset(self) -> None: super().reset(); self.records = []
