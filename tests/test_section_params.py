@@ -173,14 +173,16 @@ def test_default_offline_memgym_run_pairs_memory_against_none(runs):
     """Seed 004's pairing on the default offline run (checked here, never in the notebook): the None control answers from the
     last visible documents alone, so it scores 0 and every strategy's gain is its score; on DR, flat retrieval over notes
     loses the middle bridge facts as hops grow (they share no word with the question) while A-Mem-like links and
-    question-aware summaries keep them; the gains are larger at the larger DR budget for the linking and summarizing
-    strategies."""
+    question-aware summaries keep them, and the summaries' gain grows with hops; the gains are larger at the larger DR budget
+    for the linking and summarizing strategies (under less token pressure a strategy compacts less, and full eviction then
+    removes the raw turns it still held)."""
     _, res, _ = runs['memgym-defaults']
     mg = pd.read_csv(res / 'memory_gain.csv')
     assert (mg['score_ctl'] == 0).all() and (mg['gain'] > 0).all(), mg[['track', 'budget', 'strategy', 'gain']]
     gh = pd.read_csv(res / 'memory_gain_by_hop.csv').pivot_table(index='strategy', columns='hop_stratum', values='gain')
     assert gh.loc['bm25-notes', '3'] > gh.loc['bm25-notes', '5/6'], gh
     assert gh.loc['amem-notes', '5/6'] > gh.loc['bm25-notes', '5/6'] and gh.loc['llm-summarizing', '5/6'] > gh.loc['bm25-notes', '5/6'], gh
+    assert gh.loc['llm-summarizing', '3'] < gh.loc['llm-summarizing', '4'] < gh.loc['llm-summarizing', '5/6'], gh   # the summaries' gain grows with hops
     dr = mg[mg['track'] == 'dr'].pivot_table(index='strategy', columns='budget', values='gain')
     assert (dr[dr.columns.max()] > dr[dr.columns.min()])[['amem-notes', 'llm-summarizing']].all(), dr
 
