@@ -21,8 +21,8 @@ from . import dr as DR, codeqa as CQ
 # %% auto #0
 __all__ = ['EPISODE_COLUMNS', 'MEMGYM_PARAMS', 'dr_instances', 'codeqa_instances', 'dr_candidates', 'memgym_dr_dataset',
            'memgym_codeqa_dataset', 'session_message', 'context_refs', 'rebuild_context', 'ManagedContext',
-           'answer_prompt', 'MemGymAnswer', 'MemGymOfflineJudge', 'MemGymLLMJudge', 'strategy_of', 'episode_frame',
-           'instance_frame', 'distractor_table', 'compression_table', 'MemGymParams', 'check_params']
+           'answer_prompt', 'MemGymAnswer', 'MemGymOfflineJudge', 'MemGymLLMJudge', 'episode_frame', 'instance_frame',
+           'distractor_table', 'compression_table', 'MemGymParams', 'check_params']
 
 # %% ../../../nbs/protocols/memgym/06_protocol.ipynb #dff1712e
 def _tag(iid: str, budget: Optional[int]) -> str:
@@ -238,12 +238,6 @@ class MemGymLLMJudge(_MemGymJudge):
         return sum(bool(x['contains_fact'] if isinstance(x, dict) else x) for x in v) / len(v)
 
 # %% ../../../nbs/protocols/memgym/06_protocol.ipynb #3f83640d
-def strategy_of(memory: str) -> str:
-    "The strategy name of a `memgym-context` memory spec's readable id."
-    import re
-    m = re.search(r"'name': '([^']+)'", memory)
-    return m.group(1) if m else memory
-
 EPISODE_COLUMNS = ['track', 'strategy', 'reasoner', 'instance_id', 'query_id', 'budget', 'hops', 'score', 'resolved', 'crossed', 'trace',
                    'answer', 'notes']
 
@@ -260,7 +254,7 @@ def episode_frame(store, # a scored store of a MemGym run
         m, tr = meta[r['query_id']], ro[r['rollout_id']].trajectory
         trace = next((u.meta.get('trace') for s in tr.steps for u in s.observation if u.meta.get('kind') == 'notes'), []) or []
         notes = next((u.text for s in tr.steps for u in s.observation if u.meta.get('kind') == 'notes'), '')
-        rows.append(dict(track=m['track'], strategy=strategy_of(r['memory']), reasoner=r['policy_label'], instance_id=r['instance_id'],
+        rows.append(dict(track=m['track'], strategy=trace[0]['strategy'] if trace else r['memory'], reasoner=r['policy_label'], instance_id=r['instance_id'],
                          query_id=r['query_id'], budget=m.get('budget'), hops=m.get('hops', float('nan')), score=float(r['score']),
                          resolved=float(r['score']) >= 0.5, crossed=any(t.get('crossed') for t in trace), trace=trace, answer=r['answer'],
                          notes=notes))
