@@ -16,6 +16,9 @@ from memlab.planar import Mem0Memory
 # is registered must implement readback and pass the round trip.
 SKIP = {
     'mem0': 'registered only when mem0ai is installed, and needs an LLM and an embedder: covered by test_mem0_receipts_with_a_fake',
+    'memgym-context': "MemGym's context manager (family 'context-manager'), not a store: its summaries and notes are written from "
+                      'several sessions at once (the condensation events record which), so it declares no per-session provenance and '
+                      'a readback config with it is refused before any work (test_memgym_context_refuses_readback)',
 }
 # The library's registry: memories registered by other test modules at import (e.g. test_mab_data's) are left out.
 NAMES = sorted(n for n, c in MEMORIES.items() if c.__module__.split('.')[0] == 'memlab')
@@ -213,3 +216,14 @@ def test_mem0_receipts_with_a_fake(as_list):
     assert [(e.text, e.session_id) for e in m.readback('c')] == [('Rex turned twelve.', 'c')]
     assert [(e.session_id, e.meta['memory_id']) for e in m.readback(['c', 'b', 'a'])] == [('a', 'mem-1'), ('a', 'mem-2')]
     m.reset(); assert m.receipts == {} and m.readback(['a']) == [] and m._m.rows == {}
+
+
+def test_memgym_context_refuses_readback():
+    "The SKIP entry's claim: the runner refuses the readback setting with a memgym-context memory before any work."
+    from memlab.protocols.memgym.protocol import ManagedContext
+    from memlab.runner import RunConfig, validate_config
+    from memlab.core import RecordError
+    assert not ManagedContext().supports_readback
+    cfg = RunConfig(name='rb', dataset={'kind': 'memgym-dr', 'n': 1, 'hops': [3], 'budget_tokens': 1000}, policies=[{'name': 'memgym-answer'}],
+                    memories=[{'name': 'memgym-context'}], conditions=[{'evidence': 'readback'}], judge={'name': 'memgym-offline'})
+    with pytest.raises((RecordError, ValueError), match='keeps no provenance'): validate_config(cfg)

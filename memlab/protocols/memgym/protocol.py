@@ -116,7 +116,7 @@ def rebuild_context(inst: Instance, # the episode's instance
 @MEMORIES.register('memgym-context')
 class ManagedContext(Memory):
     "A MemGym memory strategy (`MANAGERS`) run over an episode's observations; search returns its notes and the visible documents."
-    family, single_pass = 'planar', True
+    family, single_pass = 'context-manager', True                   # not a retrieval store: what a strategy keeps of an episode
     def __init__(self, strategy: dict={'name': 'none'}, # the context manager spec, e.g. {'name': 'llm-summarizing', 'max_size': 10}
                  notes_tokens: int=500, # the notes budget at answer time (eviction_policy.notes_budget_tokens)
                  trigger_size: int=100, trigger_tokens: int=32_000, # the comparison's trigger, recorded to tell whether an episode crossed it
