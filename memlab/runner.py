@@ -11,11 +11,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional, Sequence
 import pandas as pd
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 from .redact import redact, redact_obj
 import memlab
 from .core import (Record, Registry, Instance, Session, Query, Evidence, Rollout, Score, stable_hash, canonical_json, count_tokens, TOKENIZER,
-                         validate_record, RecordError, load_yaml, validate_args, validate_params, check_dates, check_histories, PosInt,
+                         validate_record, RecordError, load_yaml, validate_args, validate_params, check_dates, check_histories, PosInt, NonNegInt,
                          load_plugins, project_root, progress_bar)
 from .memory import Memory, make_memory, chronological, check_parity, MEMORIES, HISTORIES   # HISTORIES: `history(instance, condition)` builders
 from .agent import make_policy, run_loop, arun_loop, POLICIES
@@ -28,13 +28,13 @@ import memlab.flat, memlab.planar, memlab.graph  # register the flat, planar and
 __all__ = ['SAFE_NAME', 'TRANSPORT_KEYS', 'DATASETS', 'EVIDENCE', 'DATASET_OPTIONS', 'ROLLOUT_KEY', 'SCORE_KEY', 'PACKAGES',
            'PREFIX_MEMORIES', 'PASS_KEY', 'generation_spec', 'RunConfig', 'default_history', 'validate_config',
            'check_dataset_spec', 'spec_name', 'hash_named', 'injected_params', 'check_access_params', 'checked_params',
-           'output_dirs', 'StoreError', 'StoreWarning', 'lock_holder', 'writer_lock', 'ResultsStore', 'check_store',
-           'git_commit', 'package_versions', 'dataset_hash', 'file_sha256', 'make_manifest', 'chunking_info',
-           'check_instances', 'load_dataset', 'make_history', 'rollout_id', 'shared_policy', 'PrefixMemories',
-           'unit_memory', 'unit_view', 'run_unit', 'frozen_heap', 'run_units_async', 'plan_units', 'EvidenceView',
-           'target_units', 'search_setting', 'readback_setting', 'SplitHistory', 'deferred_signals', 'preflight', 'run',
-           'RunWarning', 'warn_no_tool_calls', 'error_summary', 'estimate', 'build_judge', 'judge_passes', 'score',
-           'with_question_gold', 'results_frame', 'read_hypotheses', 'score_hypotheses']
+           'SectionParams', 'output_dirs', 'StoreError', 'StoreWarning', 'lock_holder', 'writer_lock', 'ResultsStore',
+           'check_store', 'git_commit', 'package_versions', 'dataset_hash', 'file_sha256', 'make_manifest',
+           'chunking_info', 'check_instances', 'load_dataset', 'make_history', 'rollout_id', 'shared_policy',
+           'PrefixMemories', 'unit_memory', 'unit_view', 'run_unit', 'frozen_heap', 'run_units_async', 'plan_units',
+           'EvidenceView', 'target_units', 'search_setting', 'readback_setting', 'SplitHistory', 'deferred_signals',
+           'preflight', 'run', 'RunWarning', 'warn_no_tool_calls', 'error_summary', 'estimate', 'build_judge',
+           'judge_passes', 'score', 'with_question_gold', 'results_frame', 'read_hypotheses', 'score_hypotheses']
 
 # %% ../nbs/07_runner.ipynb #eca9aed1
 SAFE_NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9._-]{0,127}')   # run and section names become folder names
@@ -207,6 +207,23 @@ def checked_params(model: type, # a section's parameter Record (strict, extra='f
         if not err['loc']: raise ValueError(f'{section} parameter {msg}') from None       # a check across parameters names its own
         got = '' if err['type'] in ('value_error', 'extra_forbidden') else f' (got {err["input"]!r})'
         raise ValueError(f"{section} parameter {'.'.join(map(str, err['loc']))}: {msg}{got}") from None
+
+class SectionParams(Record):
+    "The parameters a model-backed section shares (strict: a bad type or an unknown name is refused); a section subclasses it."
+    model_config = ConfigDict(extra='forbid', strict=True)
+    backend: str = 'offline'                 # 'offline' | 'openai' (any OpenAI-compatible server) | 'anthropic'
+    base_url: Optional[str] = None           # e.g. 'http://localhost:8000/v1'
+    concurrency: PosInt = 8                  # model calls in flight per backend
+    timeout: float = Field(60.0, gt=0)       # seconds per model request
+    seed: NonNegInt = 0
+    run_name: Optional[str] = None           # None: names from the config hash
+    retry_errors: bool = False               # True: re-run rollouts that ended in an error
+    out_root: Optional[str] = None           # default: $MEMLAB_OUT, else build/ (only `make reproduce` writes results/)
+
+    @model_validator(mode='after')
+    def _access(self):
+        check_access_params(self.backend, self.base_url, self.run_name)
+        return self
 
 def output_dirs(section: str, # section name, e.g. 'walkthrough'
                 out_root: Optional[str|Path]=None # default: $MEMLAB_OUT, else build/ under the project root

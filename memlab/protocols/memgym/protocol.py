@@ -11,9 +11,9 @@ from ...core import Turn, Session, Query, QueryView, Instance, Evidence, Step, S
 from ...memory import Memory, MEMORIES
 from ...agent import Policy, POLICIES, Answer, Search
 from ...judge import Judge, register_judge, JUDGE_RUN
-from pydantic import ConfigDict, Field, model_validator
-from ...core import Record, PosInt, NonNegInt
-from ...runner import DATASETS, results_frame, checked_params, check_access_params
+from pydantic import Field, model_validator
+from ...core import PosInt
+from ...runner import DATASETS, results_frame, checked_params, SectionParams
 from .contract import make_manager, count_tokens, compression_ratios
 import memlab.protocols.memgym.strategies  # noqa: F401  (registers the strategies)
 from . import dr as DR, codeqa as CQ
@@ -307,9 +307,8 @@ def compression_table(ep: pd.DataFrame # `episode_frame` rows
     return pd.DataFrame([dict(track=t, strategy=s, **compression_ratios(list(g['trace']))) for (t, s), g in ep.groupby(['track', 'strategy'])])
 
 # %% ../../../nbs/protocols/memgym/06_protocol.ipynb #8ada29e5
-class MemGymParams(Record):
+class MemGymParams(SectionParams):
     "The parameters of the MemGym section notebook (strict: a bad type or an unknown name is refused)."
-    model_config = ConfigDict(extra='forbid', strict=True)
     tracks: list[Literal['dr', 'codeqa']] = Field(default_factory=lambda: ['dr', 'codeqa'], min_length=1)
     strategies: list[str] = Field(default_factory=lambda: ['none', 'llm-summarizing', 'structured-summary', 'bm25-notes', 'dense-notes', 'amem-notes'], min_length=2)
     dr_hops: list[int] = Field(default_factory=lambda: [3, 4, 5, 6], min_length=1)   # DR hop counts (strata 3, 4, 5/6)
@@ -322,19 +321,11 @@ class MemGymParams(Record):
     notes_tokens: PosInt = 500                # notes budget at answer time (eviction_policy.notes_budget_tokens)
     dr_autoscale: bool = True                 # DR: eval/agent.py's max_size = max(2, turns - 1) for every strategy but None
     verify: bool = True                       # run the tracks' verifiers and keep what they keep
-    backend: str = 'offline'                  # reasoner: 'offline' | 'openai' | 'anthropic'
     models: list[str] = Field(default_factory=lambda: ['claude-sonnet-4-5'])   # reasoners (seed 004: Sonnet 4.5)
     summarizer_model: Optional[str] = None    # LLM strategies' summarizer (seed 004: Haiku 4.5); None: offline extractive
     judge_model: Optional[str] = None         # None: the offline judges; else the tracks' LLM judges
-    base_url: Optional[str] = None
-    concurrency: PosInt = 8
-    timeout: float = Field(60.0, gt=0)
     answer_max_tokens: PosInt = 512
     n_resamples: PosInt = 2000
-    seed: NonNegInt = 0
-    run_name: Optional[str] = None
-    retry_errors: bool = False
-    out_root: Optional[str] = None
 
     @model_validator(mode='after')
     def _consistent(self):
@@ -344,7 +335,6 @@ class MemGymParams(Record):
         if 'none' not in self.strategies: raise ValueError("strategies: the None control 'none' is needed (memory gain is paired against it)")
         for h in self.dr_hops:
             if not 3 <= h <= 6: raise ValueError(f'dr_hops: hop counts are 3 to 6, got {h}')
-        check_access_params(self.backend, self.base_url, self.run_name)
         return self
 
     def backend_spec(self, model: str) -> dict:

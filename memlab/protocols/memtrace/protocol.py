@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any, Literal, Optional
-from pydantic import ConfigDict, Field, field_validator, model_validator
-from ...core import Instance, Record, PosInt, NonNegInt
-from ...runner import DATASETS, checked_params, check_access_params
+from pydantic import Field, field_validator, model_validator
+from ...core import Instance, PosInt, NonNegInt
+from ...runner import DATASETS, checked_params, SectionParams
 from .data import (load_halumem, synth_halumem, window_instances, KP_GROUPS, PERSONS)
 from .views import oracle_instances
 import memlab.protocols.memtrace.scoring  # noqa: F401  (registers the MemTrace judges and their labels)
@@ -85,9 +85,8 @@ def rewrite_questions(insts: list[Instance], # window instances
     return [i.model_copy(update=dict(queries=[q2(q) for q in i.queries])) for i in insts], n
 
 # %% ../../../nbs/protocols/memtrace/04_protocol.ipynb #84aabe82
-class MemTraceParams(Record):
+class MemTraceParams(SectionParams):
     "The parameters of the MemTrace section notebook (strict: a bad type or an unknown name is refused)."
-    model_config = ConfigDict(extra='forbid', strict=True)
     dataset: Literal['synthetic', 'halumem'] = 'synthetic'   # the generator, or a HaluMem JSONL file in data_path
     data_path: Optional[str] = None          # HaluMem-Medium (or -Long) JSONL
     layout: Optional[Literal['medium', 'long']] = None   # HaluMem layout; None: from the file name
@@ -104,11 +103,7 @@ class MemTraceParams(Record):
     k: PosInt = 10                           # model-visible units per memory call
     window_tokens: PosInt = 1200             # the long-context memory's window: it reads the prefix until it fills
     tiers: list[str] = Field(default_factory=lambda: ['strong', 'weak'], min_length=1)   # offline reader tiers
-    backend: str = 'offline'                 # 'offline' | 'openai' (any OpenAI-compatible server) | 'anthropic'
     models: list[str] = Field(default_factory=lambda: ['gpt-4o-mini'])   # answer generator (seed 002: gpt-4o-mini)
-    base_url: Optional[str] = None
-    concurrency: PosInt = 8
-    timeout: float = Field(60.0, gt=0)
     max_tokens: PosInt = 256
     judge_model: Optional[str] = None        # None: the offline MemTrace judge; else memtrace-llm with this model (seed 002: gpt-4o)
     second_judge_model: Optional[str] = None # judge reliability (appendix D); None: skipped
@@ -118,10 +113,6 @@ class MemTraceParams(Record):
     n_reach: PosInt = 300                    # probes replayed for reach vs use (seed 002: 300)
     n_oracle: PosInt = 40                    # probes per hard-failure bucket (seed 002: 40)
     n_resamples: PosInt = 1000               # user-level bootstrap resamples
-    seed: NonNegInt = 0
-    run_name: Optional[str] = None
-    retry_errors: bool = False
-    out_root: Optional[str] = None
 
     @field_validator('caps')
     @classmethod
@@ -142,7 +133,6 @@ class MemTraceParams(Record):
             if m not in MEMORIES: raise ValueError(f'memories: unknown memory {m!r}; known: {sorted(MEMORIES)}')
         for t in self.tiers:
             if t not in TIERS: raise ValueError(f'tiers: unknown tier {t!r}; known: {sorted(TIERS)}')
-        check_access_params(self.backend, self.base_url, self.run_name)
         return self
 
 MEMTRACE_PARAMS = {n: f.get_default(call_default_factory=True) for n, f in MemTraceParams.model_fields.items()}

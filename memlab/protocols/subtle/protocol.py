@@ -8,9 +8,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal, Optional
 import pandas as pd
-from pydantic import ConfigDict, Field, model_validator
-from ...core import Instance, Record, PosInt, NonNegInt
-from ...runner import DATASETS, checked_params, check_access_params, RunConfig, results_frame
+from pydantic import Field, model_validator
+from ...core import Instance, PosInt, NonNegInt
+from ...runner import DATASETS, checked_params, SectionParams, RunConfig, results_frame
 from .data import load_subtlememory, write_subtlememory
 import memlab.protocols.subtle.answer  # noqa: F401  (registers the oracle setting, the answer model and the offline reader)
 import memlab.protocols.subtle.judge   # noqa: F401  (registers the judges)
@@ -82,9 +82,8 @@ def query_frame(store, # a scored store of a SubtleMemory run
     return out
 
 # %% ../../../nbs/protocols/subtle/05_protocol.ipynb #3e52c846
-class SubtleParams(Record):
+class SubtleParams(SectionParams):
     "The parameters of the SubtleMemory section notebook (strict: a bad type or an unknown name is refused)."
-    model_config = ConfigDict(extra='forbid', strict=True)
     dataset: Literal['synthetic', 'released'] = 'synthetic'   # the generator, or the released folder in data_path
     data_path: Optional[str] = None          # data/subtlememory (or one persona_* folder) of the release
     personas: Optional[list[str]] = None     # persona folders to keep; None: all
@@ -101,20 +100,12 @@ class SubtleParams(Record):
     settings: list[Literal['oracle', 'perfect', 'default']] = Field(default_factory=lambda: ['oracle', 'perfect', 'default'], min_length=1)
     prompts: list[Literal['v1', 'v2']] = Field(default_factory=lambda: ['v1', 'v2'], min_length=1)   # answer prompts (model backends)
     tiers: list[Literal['weak', 'medium', 'strong']] = Field(default_factory=lambda: ['strong', 'medium', 'weak'], min_length=1)   # offline reader
-    backend: str = 'offline'                 # 'offline' | 'openai' (any OpenAI-compatible server) | 'anthropic'
     models: list[str] = Field(default_factory=lambda: ['gpt-4o-mini'])   # answer models (backend openai/anthropic)
-    base_url: Optional[str] = None
-    concurrency: PosInt = 8
-    timeout: float = Field(60.0, gt=0)
     max_tokens: PosInt = 16384               # answer output limit (paper: 16,384)
     judge_model: Optional[str] = None        # None: the offline judge; else subtlememory-llm with this model (paper: Gemini 3.1 Pro Preview)
     judge_runs: PosInt = 1                   # judge runs, majority vote (dataset config: 1; judge code default: 3)
     calibration_persona: Optional[str] = None   # Table 2's persona; None: the first
     n_resamples: PosInt = 10_000             # bootstrap resamples (paper: 10,000)
-    seed: NonNegInt = 0
-    run_name: Optional[str] = None
-    retry_errors: bool = False
-    out_root: Optional[str] = None
 
     @model_validator(mode='after')
     def _consistent(self):
@@ -127,7 +118,6 @@ class SubtleParams(Record):
             if m not in MEMORIES: raise ValueError(f'memories: unknown memory {m!r}; known: {sorted(MEMORIES)}')
             if MEMORIES[m].readback is Memory.readback and 'perfect' in self.settings:
                 raise ValueError(f'memories: {m!r} keeps no provenance, so it cannot run the perfect-retrieval setting')
-        check_access_params(self.backend, self.base_url, self.run_name)
         return self
 
     def memory_specs(self) -> list[dict]:
