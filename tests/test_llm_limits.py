@@ -73,9 +73,8 @@ def test_connection_refused_is_retried_within_the_budget(transport):
     port = dead_port()
     b = OpenAIBackend('loop-model', base_url=f'http://127.0.0.1:{port}/v1', cache=False, transport=transport,
                       max_attempts=1000, backoff=0.1, backoff_max=0.2, retry_budget_s=1.5)
-    t0 = time.monotonic()
-    with pytest.raises(LLMError, match='connection refused'): b.chat(MSGS)
-    assert time.monotonic() - t0 < 3.5 and b.n_http_calls > 2
+    with pytest.raises(LLMError, match='connection refused') as e: b.chat(MSGS)
+    assert 'retry budget of 1.5 s used up' in str(e.value) and 2 < b.n_http_calls < 1000   # retried; the budget, not the attempt cap, stopped it
 
 
 @pytest.mark.parametrize('kind,transport', [(k, t) for k, c in (('openai', OpenAIBackend), ('anthropic', AnthropicBackend)) for t in c.TRANSPORTS])
@@ -93,10 +92,9 @@ def test_preflight_refused_port(transport):
     from memlab.llm import PreflightError
     port = dead_port(); url = f'http://127.0.0.1:{port}/v1'
     b = OpenAIBackend('loop-model', base_url=url, cache=False, transport=transport)
-    t0 = time.monotonic()
     with pytest.raises(PreflightError) as e: b.preflight()
     msg = str(e.value)
-    assert time.monotonic() - t0 < 3 and b.n_http_calls == 1                 # no retries
+    assert b.n_http_calls == 1                                              # no retries
     assert '\n' not in msg and all(s in msg for s in ('openai', 'loop-model', url, f'connection refused by 127.0.0.1:{port}')), msg
     assert isinstance(e.value, LLMError)
 
@@ -110,9 +108,8 @@ def test_preflight_http_401_and_timeout():
     assert '\n' not in msg and 'HTTP 401' in msg and 'Incorrect API key' in msg and srv.url in msg, msg
     with LoopbackServer('openai', latency=5) as srv:
         b = OpenAIBackend('loop-model', base_url=srv.url, cache=False, timeout=60)
-        t0 = time.monotonic()
         with pytest.raises(PreflightError, match='timed out') as e: b.preflight(timeout=0.5)
-        assert time.monotonic() - t0 < 3 and '\n' not in str(e.value)
+        assert '\n' not in str(e.value) and b.n_http_calls == 1                 # the preflight's own timeout, no retries
 
 def test_preflight_without_a_key(monkeypatch):
     from memlab.llm import PreflightError
