@@ -5,17 +5,19 @@
 # %% ../../../nbs/protocols/subtle/01_data.ipynb #0b1e8b85
 from __future__ import annotations
 import json, random
+from functools import lru_cache
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 import pandas as pd
 from ...core import Turn, Session, Query, Instance, RecordError, read_json_records, parse_date
 from ...data import LOADERS, INSPECTORS, Fields
 from ...synth import filler_turns
 
 # %% auto #0
-__all__ = ['RELATION_TYPES', 'SUBTYPE_COLUMNS', 'COLUMNS', 'SOURCES', 'SYNTH_CASES', 'UNRELATED', 'PERSONAS', 'load_subtlememory',
-           'summarize_subtlememory', 'inspect_subtlememory', 'synth_persona', 'write_subtlememory']
+__all__ = ['RELATION_TYPES', 'SUBTYPE_COLUMNS', 'COLUMNS', 'SOURCES', 'SUBJECTS', 'POOL_OF', 'PHRASINGS', 'RELATION_OF', 'FOODS',
+           'PERSONAS', 'POOL_FACTOR', 'load_subtlememory', 'duplicate_sets', 'summarize_subtlememory',
+           'inspect_subtlememory', 'value_pools', 'pool_draws', 'check_variety', 'synth_persona', 'write_subtlememory']
 
 # %% ../../../nbs/protocols/subtle/01_data.ipynb #6411393a
 RELATION_TYPES = ('complementary', 'nuanced', 'contradictory')
@@ -101,6 +103,20 @@ def load_subtlememory(path: str|Path, # a `persona_*` folder, or the folder hold
 LOADERS.register('subtlememory')(load_subtlememory)
 
 # %% ../../../nbs/protocols/subtle/01_data.ipynb #f7ee01a1
+def _norm(t: str) -> str: return ' '.join(str(t).lower().split())
+
+def duplicate_sets(personas: list[Instance]) -> dict[str, int]:
+    "Variant sets that repeat another set of their persona: the same statements, or the same first correct answer."
+    same_facts = same_answer = 0
+    for p in personas:
+        sets = {q.meta['instance_id']: q for q in p.queries}.values()
+        facts, answers = set(), set()
+        for q in sets:
+            f, a = tuple(_norm(x) for x in q.meta.get('facts') or ()), _norm(q.answers[0]) if q.answers else ''
+            same_facts += bool(f) and f in facts; same_answer += bool(a) and a in answers
+            facts.add(f); answers.add(a)
+    return {'sets repeating the statements of another set': same_facts, 'sets sharing their correct answer with another set': same_answer}
+
 def summarize_subtlememory(personas: list[Instance]) -> pd.DataFrame:
     "Counts as rows (section, name, value): personas, sessions, tokens, instances and queries by relation, subtype, column and source."
     qs = [q for p in personas for q in p.queries]
@@ -116,6 +132,7 @@ def summarize_subtlememory(personas: list[Instance]) -> pd.DataFrame:
     rows += [('quirks', n, sum(p.meta[k] for p in personas)) for n, k in (('instances with other than three qas', 'instances_without_three_qas'),
                                                                           ('sessions listed out of order', 'sessions_out_of_order'),
                                                                           ('gaps in session order', 'order_gaps'))]
+    rows += [('variety', n, v) for n, v in duplicate_sets(personas).items()]
     df = pd.DataFrame(rows, columns=['section', 'name', 'value']); df['value'] = pd.Series([r[2] for r in rows], dtype=object)
     return df
 
@@ -128,81 +145,185 @@ def inspect_subtlememory(path: str|Path, # a persona folder or the folder of per
     df.attrs.update(kind='subtlememory', path=str(path), sha256='(a folder)', verified=False, title='subtlememory (released layout)')
     return df
 
-# %% ../../../nbs/protocols/subtle/01_data.ipynb #55913ff8
-SYNTH_CASES = {   # subtype -> (relation type, templates); {a}, {b} are drawn values; the user states each line in its own session
-    'K>1': ('complementary', dict(
-        values=[('Mondays', 'Thursdays'), ('Tuesdays', 'Saturdays'), ('Wednesdays', 'Sundays')],
-        say=['For my training plan I swim every week on {a}.', 'My training plan also has interval runs on {b}.'],
-        ask=['On which days do I train each week?', 'Which weekdays hold my swim and run sessions?', 'What are my weekly training days?'],
-        correct=['{a} (swimming) and {b} (running)'], incorrect=['Only {a}', 'Only {b}'])),
-    'K=1': ('complementary', dict(
-        values=[('gluten', 'oat milk'), ('lactose', 'rice crackers'), ('peanuts', 'hummus')],
-        say=['Quick note for meal planning: I cannot eat {a} at all.', 'I usually keep {b} in the pantry for snacks.'],
-        ask=['What must my meal plans avoid?', 'Which ingredient do I have to stay away from?', 'What should a recipe for me leave out?'],
-        correct=['{a}'], incorrect=['{b}'])),
-    'any_one': ('complementary', dict(
-        values=[('Lyon', 'Porto'), ('Graz', 'Turin'), ('Leeds', 'Ghent')],
-        say=['My sister lives in {a}, so I fly there twice a year.', 'When I visit my sister I stay at her flat in {a}.'],
-        ask=['Where does my sister live?', 'Which city is my sister based in?', 'In what city would I find my sister?'],
-        correct=['{a}'], incorrect=['{b}'])),
-    'Temporal': ('nuanced', dict(
-        values=[('Garmin', 'Polar'), ('Fitbit', 'Coros'), ('Suunto', 'Wahoo')],
-        say=['Back in 2023 I tracked my workouts with a {a} watch.', 'Since March 2025 I track everything with a {b} watch instead.'],
-        ask=['Which watch do I track my workouts with now?', 'What watch am I using these days for training?', 'Which tracker do I currently wear?'],
-        correct=['{b}'], incorrect=['{a}'])),
-    'Context': ('nuanced', dict(
-        values=[('Python', 'Rust'), ('Java', 'Go'), ('R', 'Julia')],
-        say=['At work our whole team codes in {a}.', 'For my hobby projects at home I write everything in {b}.'],
-        ask=['Which language do I use for my hobby projects?', 'What do I code in at home?', 'For personal projects, which language do I pick?'],
-        correct=['{b}'], incorrect=['{a}'])),
-    'contradictory': ('contradictory', dict(
-        values=[('Friday', 'Saturday'), ('Monday', 'Tuesday'), ('Thursday', 'Sunday')],
-        say=['My flight to the conference leaves on {a}.', 'My flight to the conference leaves on {b}.'],
-        ask=['When does my flight to the conference leave?', 'On which day is my conference flight?', 'What day do I fly to the conference?'],
-        correct=['Unclear, needs clarification: I said both {a} and {b}'], incorrect=['{a}', '{b}'])),
+# %% ../../../nbs/protocols/subtle/01_data.ipynb #356b81a1
+SUBJECTS = {   # subtype -> (source -> topics): each variant set of one persona takes its own topic (no two share a topic)
+    'K>1': {'user-related': ('swimming practice', 'choir rehearsal', 'pottery class', 'Spanish lessons', 'climbing session',
+                             'volunteer shift at the food bank', 'tennis coaching', 'band practice'),
+            'user-unrelated': ("community pool's lap swimming", "library's homework club", "museum's guided tour",
+                               "clinic's walk-in hours", "town hall's citizens' advice desk", "sports centre's spin class")},
+    'K=1': {'user-related': ('meal plans', 'dinner party menu', 'lunch orders', 'picnic basket', 'birthday cake', 'weekly groceries')},
+    'any_one': {'user-related': ('sister', 'brother', 'aunt', 'godmother', 'oldest friend', 'cousin', 'grandfather', 'former roommate'),
+                'user-unrelated': ('regional rail office', 'national archive', 'chess federation', 'seed bank', 'opera company',
+                                   'rowing club')},
+    'Temporal': {'user-related': ('running watch', 'work laptop', 'commuter bike', 'phone', 'coffee machine', 'e-reader'),
+                 'user-unrelated': ('city library', 'county hospital', 'bus company', 'university', 'tax office', 'post office')},
+    'Context': {'user-related': ('note-taking app', 'code editor', 'calendar app', 'password manager', 'photo editor', 'music player'),
+                'user-unrelated': (('data science', 'robotics'), ('economics', 'chemistry'), ('history', 'architecture'),
+                                   ('nursing', 'law'), ('music', 'geology'), ('design', 'statistics'))},
+    'contradictory': {'user-related': ('flight to the conference', 'dentist appointment', "sister's wedding", 'job interview',
+                                       'piano recital', 'passport appointment'),
+                      'user-unrelated': ('team offsite', 'board meeting', 'street festival', 'school play', 'charity run',
+                                         'product launch')},
 }
-UNRELATED = {   # the same subtypes about things that are not the user (source 'user-unrelated')
-    'K>1': dict(say=['The community pool opens for lap swimming on {a}.', 'The same pool adds a second lap-swim slot on {b}.'],
-                ask=['On which days does the community pool offer lap swimming?', 'What are the lap-swim days at the pool?',
-                     'Which days can one swim laps at the community pool?']),
-    'any_one': dict(say=['The regional rail office is located in {a}, next to the station.', 'The regional rail office in {a} handles all ticket refunds.'],
-                    ask=['Where is the regional rail office?', 'In which city is the regional rail office?', 'What city hosts the regional rail office?']),
-    'Context': dict(say=["The university's data science course is taught in {a}.", "The university's robotics course is taught in {b}."],
-                    ask=['Which language is the robotics course taught in?', 'For the robotics course, which language do students use?',
-                         'In the robotics course, what language is used?']),
-    'Temporal': dict(say=['Until 2024 the city library closed at 18:00 and used the {a} catalogue.',
-                          'Since January 2025 the city library uses the {b} catalogue.'],
-                     ask=['Which catalogue does the city library use now?', 'What catalogue system is the library on today?',
-                          'Which catalogue is current at the city library?']),
-    'contradictory': dict(say=['The team offsite is scheduled for {a}.', 'The team offsite is scheduled for {b}.'],
-                          ask=['When is the team offsite?', 'On which day is the offsite scheduled?', 'What day is the team offsite?']),
+POOL_OF = {'K>1': 'slot', 'K=1': 'food', 'any_one': 'city', 'Temporal': 'name', 'Context': 'name', 'contradictory': 'date'}
+
+# Two phrasing sets, written independently: (say, ask, correct, incorrect) per subtype and source; {s} the topic ({c} / {s}
+# the two courses of a non-user Context set), {a} {b} the drawn values ({a} the one the first statement holds).
+PHRASINGS = {
+ 'a': {
+  ('K>1', 'user-related'): (['For my {s} I go every week on {a}.', 'My {s} also has a second weekly session on {b}.'],
+                            ['When each week do I have {s}?', 'Which times in the week are set aside for my {s}?',
+                             'What is my weekly schedule for {s}?'], ['{a} and {b}'], ['Only {a}', 'Only {b}']),
+  ('K>1', 'user-unrelated'): (['The {s} runs every week on {a}.', 'The {s} also runs on {b}.'],
+                              ['When does the {s} run each week?', 'What are the weekly times of the {s}?',
+                               'At which times in the week is the {s} held?'], ['{a} and {b}'], ['Only {a}', 'Only {b}']),
+  ('K=1', 'user-related'): (['Quick note for my {s}: I cannot eat {a} at all.', 'For my {s} I usually pick up some {b} as well.'],
+                            ['What must my {s} leave out?', 'Which ingredient has to stay out of my {s}?', 'What should my {s} avoid?'],
+                            ['{a}'], ['{b}']),
+  ('any_one', 'user-related'): (['My {s} lives in {a}, so I fly there twice a year.', 'When I visit my {s} I stay at their flat in {a}.'],
+                                ['Where does my {s} live?', 'Which city is my {s} based in?', 'In what city would I find my {s}?'],
+                                ['{a}'], ['{b}']),
+  ('any_one', 'user-unrelated'): (['The {s} is located in {a}, next to the station.', 'The {s} in {a} handles all enquiries.'],
+                                  ['Where is the {s}?', 'In which city is the {s}?', 'What city hosts the {s}?'], ['{a}'], ['{b}']),
+  ('Temporal', 'user-related'): (['Back in 2023 my {s} was a {a}.', 'Since March 2025 my {s} has been a {b}.'],
+                                 ['Which {s} do I have now?', 'What {s} am I using these days?', 'Which {s} do I currently own?'],
+                                 ['{b}'], ['{a}']),
+  ('Temporal', 'user-unrelated'): (['Until 2024 the {s} used the {a} booking system.', 'Since January 2025 the {s} uses the {b} booking system.'],
+                                   ['Which booking system does the {s} use now?', 'What booking system is the {s} on today?',
+                                    'Which booking system is current at the {s}?'], ['{b}'], ['{a}']),
+  ('Context', 'user-related'): (['At work I use {a} as my {s}.', 'For my own projects at home I use {b} as my {s}.'],
+                                ['Which {s} do I use at home?', 'At home, what is my {s}?', 'For projects at home, which {s} do I pick?'],
+                                ['{b}'], ['{a}']),
+  ('Context', 'user-unrelated'): (["The university's {c} course is taught with {a}.", "The university's {s} course is taught with {b}."],
+                                  ['What is the {s} course taught with?', 'For the {s} course, which tool do students use?',
+                                   'In the {s} course, what do students work with?'], ['{b}'], ['{a}']),
+  ('contradictory', 'user-related'): (['My {s} is on {a}.', 'My {s} is on {b}.'],
+                                      ['When is my {s}?', 'On which date is my {s}?', 'What date is my {s}?'],
+                                      ['Unclear, needs clarification: I said both {a} and {b}'], ['{a}', '{b}']),
+  ('contradictory', 'user-unrelated'): (['The {s} is scheduled for {a}.', 'The {s} is scheduled for {b}.'],
+                                        ['When is the {s}?', 'On which date is the {s} scheduled?', 'What date is the {s}?'],
+                                        ['Unclear, needs clarification: both {a} and {b} were said'], ['{a}', '{b}']),
+ },
+ 'b': {
+  ('K>1', 'user-related'): (["{a} is one of the fixed slots I keep free for {s}.", "I've booked {b} as an extra slot for {s}, on top of the first."],
+                            ['At what times do I do {s} during the week?', 'List the weekly slots of my {s}.',
+                             'Which slots in my week belong to {s}?'], ['{a} and {b}'], ['Only {a}', 'Only {b}']),
+  ('K>1', 'user-unrelated'): (['Apparently the {s} takes place on {a}.', 'A second weekly {s} was added, held on {b}.'],
+                              ['Which weekly slots does the {s} have?', 'List the times of the {s}.', 'When in the week can one go to the {s}?'],
+                              ['{a} and {b}'], ['Only {a}', 'Only {b}']),
+  ('K=1', 'user-related'): (["{a} is strictly off limits for me, so please keep it away from my {s}.", "I'm happy to see {b} in my {s} now and then."],
+                            ['Which food is banned from my {s}?', 'What ingredient should never end up in my {s}?',
+                             'What can my {s} never contain?'], ['{a}'], ['{b}']),
+  ('any_one', 'user-related'): (["I'm flying out to {a} again to see my {s}.", "My {s} has been settled in {a} for years now."],
+                                ['Which city is home to my {s}?', 'My {s} lives where?', 'Where has my {s} settled?'], ['{a}'], ['{b}']),
+  ('any_one', 'user-unrelated'): (['{a} is where the {s} has its headquarters.', 'Letters to the {s} go to its address in {a}.'],
+                                  ['Where are the headquarters of the {s}?', 'The {s} is based in which city?', 'Which city is the {s} in?'],
+                                  ['{a}'], ['{b}']),
+  ('Temporal', 'user-related'): (['I bought a {a} as my {s} a couple of years ago, in 2023.', 'This spring of 2025 I replaced it and got a {b} as my new {s}.'],
+                                 ['What is my {s} at present?', 'My current {s} is which one?', 'Which {s} am I on right now?'],
+                                 ['{b}'], ['{a}']),
+  ('Temporal', 'user-unrelated'): (['In 2023 the {s} ran its appointments through {a}.', 'The {s} switched in 2025 and now books everything through {b}.'],
+                                   ['Through what does the {s} book appointments at present?', "What is the {s}'s current booking system?",
+                                    'Which system handles bookings at the {s} today?'], ['{b}'], ['{a}']),
+  ('Context', 'user-related'): (['My employer makes everyone use {a} as the {s}.', 'On my personal laptop the {s} I chose is {b}.'],
+                                ['On my personal laptop, which {s} do I run?', 'What {s} did I choose for myself?',
+                                 'Which {s} is on my own laptop?'], ['{b}'], ['{a}']),
+  ('Context', 'user-unrelated'): (['Students of {c} work with {a} in their course.', 'Students of {s} work with {b} in their course.'],
+                                  ['Which tool do {s} students work with?', 'In {s}, what do students use?',
+                                   'What do students of {s} work with?'], ['{b}'], ['{a}']),
+  ('contradictory', 'user-related'): (["I've put my {s} in the calendar for {a}.", "Don't forget, my {s} happens on {b}."],
+                                      ['What day is my {s} happening?', 'For which date did I plan my {s}?', 'My {s} takes place when?'],
+                                      ['Unclear, needs clarification: I said both {a} and {b}'], ['{a}', '{b}']),
+  ('contradictory', 'user-unrelated'): (['An email said the {s} will be held on {a}.', 'The notice board says the {s} will be held on {b}.'],
+                                        ['On what date will the {s} be held?', 'The {s} takes place when?', 'When will the {s} happen?'],
+                                        ['Unclear, needs clarification: both {a} and {b} were said'], ['{a}', '{b}']),
+ },
 }
+
+
+# %% ../../../nbs/protocols/subtle/01_data.ipynb #f0890901
+RELATION_OF = {'K>1': 'complementary', 'K=1': 'complementary', 'any_one': 'complementary', 'Temporal': 'nuanced',
+               'Context': 'nuanced', 'contradictory': 'contradictory'}
+FOODS = ('gluten', 'lactose', 'peanuts', 'shellfish', 'sesame', 'soy', 'eggs', 'mustard', 'celery', 'lupin', 'walnuts',
+         'almonds', 'cashews', 'pistachios', 'hazelnuts', 'pecans', 'kiwi', 'mango', 'strawberries', 'avocado', 'banana',
+         'pineapple', 'peaches', 'cherries', 'apricots', 'plums', 'tomatoes', 'aubergine', 'peppers', 'mushrooms', 'garlic',
+         'onions', 'leeks', 'chickpeas', 'lentils', 'kidney beans', 'peas', 'corn', 'oats', 'rye', 'barley', 'buckwheat',
+         'quinoa', 'rice crackers', 'oat milk', 'almond milk', 'coconut', 'cinnamon', 'nutmeg', 'paprika', 'chili', 'cumin',
+         'coriander', 'fennel', 'dill', 'basil', 'mint', 'oregano', 'ginger', 'turmeric', 'saffron', 'vanilla', 'cocoa',
+         'coffee', 'black tea', 'green tea', 'honey', 'maple syrup', 'molasses', 'yeast', 'vinegar', 'soy sauce', 'miso',
+         'tofu', 'tempeh', 'seitan', 'salmon', 'tuna', 'cod', 'anchovies', 'sardines', 'shrimp', 'crab', 'mussels', 'squid',
+         'chicken', 'turkey', 'pork', 'beef', 'lamb', 'duck', 'venison', 'gelatin', 'cheddar', 'feta', 'brie', 'ricotta',
+         'yogurt', 'butter', 'cream', 'hummus', 'olives', 'capers', 'pickles', 'sauerkraut', 'kimchi', 'seaweed', 'sunflower seeds',
+         'pumpkin seeds', 'poppy seeds', 'flaxseed', 'chia seeds', 'sorghum', 'millet', 'cassava', 'plantain', 'yams')
+_MONTHS = ('January', 'February', 'March', 'April', 'May', 'June', 'July', 'August', 'September', 'October', 'November', 'December')
+_DAYS = ('Monday', 'Tuesday', 'Wednesday', 'Thursday', 'Friday', 'Saturday', 'Sunday')
+
+@lru_cache(maxsize=1)
+def value_pools() -> dict[str, tuple]:
+    "The generator's value pools by kind: weekly slots, calendar dates, foods, city names and brand-like names (Faker, seeded)."
+    from faker import Faker
+    fk = Faker('en_US'); fk.seed_instance(3)
+    def distinct(draw, n):
+        out = {}
+        while len(out) < n: out.setdefault(draw(), None)
+        return tuple(out)
+    dates = tuple(f'{d} {m}' for mi, m in enumerate(_MONTHS) for d in range(1, (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)[mi] + 1))
+    return dict(slot=tuple(f'{d}s at {h}:{mm}' for d in _DAYS for h in range(6, 22) for mm in ('00', '30')), date=dates,
+                food=FOODS, city=distinct(fk.city, 400), name=distinct(fk.last_name, 500))
+
+def pool_draws(n_sets: int # variant sets per case
+              ) -> dict[str, int]:
+    "Values one persona draws from each pool: two per variant set, over every case that reads the pool."
+    out = {}
+    for (sub, src) in PHRASINGS['a']: out[POOL_OF[sub]] = out.get(POOL_OF[sub], 0) + 2 * n_sets
+    return out
+
+
+# %% ../../../nbs/protocols/subtle/01_data.ipynb #df0827d9
 PERSONAS = (('Lars Henriksen', 'A professional biathlete preparing for competition'), ('Amina Diallo', 'A hospital pharmacist in Dakar'),
             ('Kenji Mori', 'A game developer in Osaka'), ('Sofia Brandt', 'A graduate student in marine biology'))
+POOL_FACTOR = 10   # each pool holds at least this many times the values one persona draws from it
+
+def check_variety(n_sets: int # variant sets per case
+                 ):
+    "Refuse sizes at which two sets of one persona would share a topic, or a pool would hold fewer than 10x its draws."
+    short = min(len(t) for s in SUBJECTS.values() for t in s.values())
+    if n_sets > short: raise ValueError(f'n_sets={n_sets}: at most {short} variant sets per case (one topic each)')
+    pools = value_pools()
+    for kind, n in pool_draws(n_sets).items():
+        if len(pools[kind]) < POOL_FACTOR * n:
+            raise ValueError(f'n_sets={n_sets}: the {kind} pool holds {len(pools[kind])} values, fewer than {POOL_FACTOR} x {n} draws')
 
 def synth_persona(seed: int, # the persona's seed
                   n_unrelated: int=30, # ordinary sessions that carry no variant
                   turns: int=6, # turns per session
-                  n_sets: int=1 # variant sets per case (11 cases; the release: about 50 instances per persona, 5 sets: 55)
+                  n_sets: int=1, # variant sets per case (11 cases; the release: about 50 instances per persona, 5 sets: 55)
+                  phrasing: Literal['a', 'b']='a' # which of the two independently written phrasing sets
                  ) -> tuple[list[dict], list[dict]]:
     "(bench_instances, history_sessions) of one persona in the released layout: every subtype, user-related and not, scattered."
+    check_variety(n_sets)
     rng = random.Random(f'memlab.subtle.synth:{seed}')
     name, short = PERSONAS[seed % len(PERSONAS)]
     persona_str = json.dumps({'short_persona': short, 'name': name})
+    pools, templates = value_pools(), PHRASINGS[phrasing]
+    left = {k: rng.sample(v, len(v)) for k, v in pools.items()}                  # drawn without replacement: no two sets share a value
+    topics = {case: rng.sample(SUBJECTS[case[0]][case[1]], n_sets) for case in templates}   # no two sets share a topic
     planted, instances = [], []
-    cases = [(sub, 'user-related', SYNTH_CASES[sub][1]) for sub in SYNTH_CASES] + \
-            [(sub, 'user-unrelated', {**SYNTH_CASES[sub][1], **UNRELATED[sub]}) for sub in UNRELATED]
-    for j, (sub, source, t) in enumerate(cases * n_sets):
-        a, b = rng.choice(t['values'])
+    cases = [(sub, src) for src in SOURCES for sub in SUBJECTS if (sub, src) in templates]
+    for j, (sub, source) in enumerate(c for k in range(n_sets) for c in cases):
+        say, ask, correct, incorrect = templates[sub, source]
+        kind, topic = POOL_OF[sub], topics[sub, source][j // len(cases)]
+        c, s = topic if isinstance(topic, tuple) else (None, topic)
+        a, b = left[kind].pop(), left[kind].pop()
+        fill = lambda t: t.format(a=a, b=b, s=s, c=c)
         case_id = f"{'related' if source == 'user-related' else 'unrelated'}-synth-{seed:02d}{j:02d}"
-        sids = [f'{case_id}-s{k + 1}' for k in range(len(t['say']))]
-        fill = lambda s: s.format(a=a, b=b)
-        planted += [(sid, case_id, source, fill(s), k) for k, (sid, s) in enumerate(zip(sids, t['say']))]
-        instances.append(dict(case=f'{SYNTH_CASES[sub][0]} variants ({sub}) about {name if source == "user-related" else "a non-user topic"}',
-                              case_id=case_id, facts=[fill(s) for s in t['say']], instance_id=f'{case_id}-i', persona_id=str(seed),
-                              persona_str=persona_str, qas=[dict(query=q, correct_answers=[fill(c) for c in t['correct']],
-                                                                incorrect_answers=[fill(c) for c in t['incorrect']]) for q in t['ask']],
-                              relation_type=SYNTH_CASES[sub][0], relation_subtype=sub, session_ids=sids, source=source, topic=sub))
+        sids = [f'{case_id}-s{k + 1}' for k in range(len(say))]
+        planted += [(sid, case_id, source, fill(t), k) for k, (sid, t) in enumerate(zip(sids, say))]
+        instances.append(dict(case=f'{RELATION_OF[sub]} variants ({sub}) about {name if source == "user-related" else "a non-user topic"}',
+                              case_id=case_id, facts=[fill(t) for t in say], instance_id=f'{case_id}-i', persona_id=str(seed),
+                              persona_str=persona_str, qas=[dict(query=fill(q), correct_answers=[fill(x) for x in correct],
+                                                                incorrect_answers=[fill(x) for x in incorrect]) for q in ask],
+                              relation_type=RELATION_OF[sub], relation_subtype=sub, session_ids=sids, source=source, topic=s))
     n = n_unrelated + len(planted)
     slots = sorted(rng.sample(range(n), len(planted)))          # the variants' sessions, scattered among ordinary ones
     by_case = {}
@@ -228,12 +349,13 @@ def write_subtlememory(folder: str|Path, # where persona_*/ folders are written
                        n_unrelated: int=30, # ordinary sessions per persona
                        turns: int=6, # turns per session
                        seed: int=0, # personas get seeds seed, seed + 1, ...
-                       n_sets: int=1 # variant sets per case (`synth_persona`)
+                       n_sets: int=1, # variant sets per case (`synth_persona`)
+                       phrasing: Literal['a', 'b']='a' # phrasing set (`PHRASINGS`)
                       ) -> Path:
     "A SubtleMemory-layout folder of synthetic personas (read it with `load_subtlememory`)."
     folder = Path(folder)
     for p in range(n_personas):
-        inst, sess = synth_persona(seed + p, n_unrelated, turns, n_sets)
+        inst, sess = synth_persona(seed + p, n_unrelated, turns, n_sets, phrasing)
         d = folder / f'persona_{seed + p}'; d.mkdir(parents=True, exist_ok=True)
         (d / 'bench_instances.json').write_text(json.dumps(inst, ensure_ascii=False, indent=1))
         (d / 'history_sessions.json').write_text(json.dumps(sess, ensure_ascii=False, indent=1))

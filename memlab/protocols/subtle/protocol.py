@@ -25,11 +25,12 @@ def subtlememory_dataset(source: Literal['synthetic', 'released']='synthetic', #
                          path: Optional[str]=None, # the released folder (source 'released')
                          personas: Optional[list[str]]=None, # persona folders to keep (None: all)
                          n_personas: PosInt=2, n_unrelated: NonNegInt=40, turns: PosInt=6, n_sets: PosInt=1, # generator sizes
-                         seed: NonNegInt=0 # generator seed
+                         seed: NonNegInt=0, # generator seed
+                         phrasing: Literal['a', 'b']='a' # generator: one of its two independently written phrasing sets
                         ) -> list[Instance]:
     "SubtleMemory personas, one Instance each (`load_subtlememory`)."
     if source == 'synthetic':
-        with tempfile.TemporaryDirectory() as d: insts = load_subtlememory(write_subtlememory(d, n_personas, n_unrelated, turns, seed, n_sets))
+        with tempfile.TemporaryDirectory() as d: insts = load_subtlememory(write_subtlememory(d, n_personas, n_unrelated, turns, seed, n_sets, phrasing))
     else:
         if not path: raise ValueError("dataset 'subtlememory' with source 'released' needs path=")
         insts = load_subtlememory(path)
@@ -91,6 +92,7 @@ class SubtleParams(SectionParams):
     n_unrelated: NonNegInt = 40              # generator: ordinary sessions per persona
     turns: PosInt = 6                        # generator: turns per session
     n_sets: PosInt = 1                       # generator: variant sets per case (11 cases; the release: about 50 instances per persona)
+    phrasing: Literal['a', 'b'] = 'a'        # generator: one of its two independently written phrasing sets
     memories: list[str] = Field(default_factory=lambda: ['long-context', 'bm25', 'dense', 'items', 'ppr-graph'], min_length=1)
     embedder: str = 'hash-embed'             # the dense and hybrid memories' embedder (full run: all-MiniLM-L6-v2)
     k: PosInt = 20                           # top-k of the default setting (paper Table 9: 20)
