@@ -5,6 +5,7 @@
 # %% ../../../nbs/protocols/memtrace/01_data.ipynb #dbdde1ff
 from __future__ import annotations
 import json, random, re, uuid
+from functools import lru_cache
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, Optional
@@ -17,10 +18,11 @@ from ...synth import filler_turns
 # %% auto #0
 __all__ = ['HALUMEM_TS', 'SESSION_DATE', 'MEMORY_TYPES', 'MEMORY_SOURCES', 'QUESTION_TYPES', 'HALUMEM_LAYOUTS', 'KP_GROUPS',
            'SUBSTANTIVE', 'PAPER_KP_COUNTS', 'DEFAULT_CAPS', 'REFUSAL', 'QUESTION_KINDS', 'CONDITIONS', 'PERSONS',
-           'NAMES', 'ATTRIBUTES', 'PREFERENCES', 'RELATIVES', 'MemoryPoint', 'halumem_layout', 'load_halumem',
-           'memory_points', 'summarize_halumem', 'inspect_halumem', 'KnowledgePoint', 'parse_fact', 'knowledge_points',
-           'Window', 'make_windows', 'probes', 'window_instances', 'content_tokens', 'gold_leaks', 'synth_halumem_user',
-           'synth_halumem', 'write_halumem', 'kp_table']
+           'PHRASINGS', 'NAMES', 'INSTRUMENTS', 'JOBS', 'ALLERGENS', 'CAR_COLOURS', 'CAR_BODIES', 'PREFERENCES',
+           'RELATIVES', 'SAYINGS', 'MemoryPoint', 'halumem_layout', 'load_halumem', 'memory_points',
+           'summarize_halumem', 'inspect_halumem', 'KnowledgePoint', 'parse_fact', 'knowledge_points', 'Window',
+           'make_windows', 'probes', 'window_instances', 'content_tokens', 'gold_leaks', 'attribute_pools',
+           'check_pools', 'synth_halumem_user', 'synth_halumem', 'write_halumem', 'kp_table']
 
 # %% ../../../nbs/protocols/memtrace/01_data.ipynb #924ed354
 HALUMEM_TS = '%b %d, %Y, %H:%M:%S'            # datasets.md 4.2: "Dec 15, 2025, 06:11:23", parsed so by eval_memos.py
@@ -324,9 +326,21 @@ CONDITIONS = {'static': 'present', 'dynamic': 'present', 'preference': 'present'
 def _day(session: Session) -> str: return datetime.strptime(session.meta['start_time'], HALUMEM_TS).strftime('%B %-d, %Y')
 
 PERSONS = ('first', 'third')
+PHRASINGS = ('a', 'b')   # two question (and statement) sets, written independently
 
-def _texts(kp: KnowledgePoint, kind: str, since: str, person: str='first') -> str:
+def _texts_b(kp: KnowledgePoint, kind: str, since: str, person: str) -> str:
+    "The second, independently written question set."
+    if kp.group in ('conflict', 'boundary'): return kp.question if kind == 'current' else f'On {since}, {kp.question[0].lower()}{kp.question[1:]}'
+    a, own = kp.attribute, 'my' if person == 'first' else f"{kp.subject}'s"
+    if kp.group == 'preference':
+        return {'current': f"Which items are on {own} list of '{a}'?", 'historical': f"On {since}, which items were on {own} list of '{a}'?",
+                'trajectory': f"Which items has {own} list of '{a}' held, in order?"}[kind]
+    return {'current': f"Tell me {own} {a}.", 'historical': f"Back on {since}, {own} {a} was what?",
+            'trajectory': f"What values has {own} {a} had, in order?"}[kind]
+
+def _texts(kp: KnowledgePoint, kind: str, since: str, person: str='first', phrasing: str='a') -> str:
     "memlab's question templates (seed 002 gives none): the user asking ('my job title'), or third person as HaluMem asks ('Sarah's')."
+    if phrasing == 'b': return _texts_b(kp, kind, since, person)
     if kp.group in ('conflict', 'boundary'): return kp.question if kind == 'current' else f'Thinking back to {since}: {kp.question}'
     a = kp.attribute
     if kp.group == 'preference':
@@ -352,7 +366,8 @@ def _gold(kp: KnowledgePoint, kind: str, end: int) -> tuple[str, str, list[str]]
 def probes(user: Instance, # a loaded HaluMem user
            kps: list[KnowledgePoint], # its knowledge points
            windows: list[Window], # its windows
-           person: str='first' # question templates: 'first' (the user asks: "What is my job title?") or 'third' (HaluMem's style)
+           person: str='first', # question templates: 'first' (the user asks: "What is my job title?") or 'third' (HaluMem's style)
+           phrasing: str='a' # question set: 'a' or the independently written 'b'
           ) -> dict[str, list[Query]]:
     "Window name -> question rows: each KP after its first appearance, by question type and evidence condition (seed 002 3.2)."
     out = {}
@@ -364,7 +379,7 @@ def probes(user: Instance, # a loaded HaluMem user
             ev = [user.sessions[i].id for i in (kp.first_session, kp.changed_session) if i is not None and i <= w.end and kp.group != 'boundary']
             for kind in kinds:
                 gold, canonical, states = _gold(kp, kind, w.end)
-                rows.append(Query(id=f'{kp.id}@{w.name}:{kind}', question=_texts(kp, kind, _day(user.sessions[kp.first_session]), person),
+                rows.append(Query(id=f'{kp.id}@{w.name}:{kind}', question=_texts(kp, kind, _day(user.sessions[kp.first_session]), person, phrasing),
                                   answers=[gold], evidence=list(dict.fromkeys(ev)), date=user.sessions[w.end].meta['end_date'],
                                   qtype=kind, abstention=kp.group == 'boundary',
                                   meta=dict(kp=kp.id, kp_group=kp.group, condition=CONDITIONS[kp.group], window=w.name,
@@ -378,13 +393,15 @@ def window_instances(user: Instance, # a loaded HaluMem user
                      seed: int=0, # which KPs the caps keep
                      n_windows: int=8, # windows per user
                      anchored: bool=True, # two windows around the busiest dynamic update
-                     person: str='first' # question templates (`probes`)
+                     person: str='first', # question templates (`probes`)
+                     phrasing: str='a' # question set (`probes`)
                     ) -> tuple[list[Instance], list[KnowledgePoint]]:
     "One Instance per window (the session prefix it shows and the probes asked there), and the user's KPs."
     kps = knowledge_points(user, caps, seed)
     wins = make_windows(len(user.sessions), kps, n_windows, anchored)
     if person not in PERSONS: raise ValueError(f'person {person!r}: use one of {PERSONS}')
-    rows = probes(user, kps, wins, person)
+    if phrasing not in PHRASINGS: raise ValueError(f'phrasing {phrasing!r}: use one of {PHRASINGS}')
+    rows = probes(user, kps, wins, person, phrasing)
     insts = [Instance(id=f'{user.id}@{w.name}', sessions=user.sessions[:w.end + 1], queries=rows[w.name],
                       meta={**user.meta, 'user': user.id, 'window': w.name, 'window_end': w.end, 'anchor': w.anchor})
              for w in wins if rows[w.name]]
@@ -409,24 +426,76 @@ def gold_leaks(question: str, # the question shown to the system
 NAMES = ('Sarah Garcia', 'Martin Mark', 'Aiko Tanaka', 'Lucas Silva', 'Priya Nair', 'Tomas Novak', 'Amara Obi', 'Elena Petrova',
          'Omar Haddad', 'Ingrid Berg', 'Diego Rojas', 'Mei Chen', 'Kofi Mensah', 'Hanna Kowalski', 'Ravi Iyer', 'Sofia Rossi',
          'Jonas Weber', 'Leila Karimi', 'Noah Brooks', 'Yuki Sato')
-# attribute, values, can change: the facts a synthetic user states (memlab's own; HaluMem's generator is an LLM pipeline)
-ATTRIBUTES = (('home city', ('Miami', 'Denver', 'Lisbon', 'Osaka', 'Nairobi', 'Tallinn', 'Porto', 'Valencia'), True),
-              ('job title', ('manager', 'senior manager', 'analyst', 'team lead', 'director', 'consultant', 'engineer'), True),
-              ('employer', ('Oracle', 'Siemens', 'Unilever', 'Pfizer', 'Spotify', 'Airbus', 'Nestle'), True),
-              ('gym', ('Iron Temple', 'Blue Lagoon Fitness', 'Peak Club', 'Core Studio', 'Harbor Gym'), True),
-              ('car', ('red hatchback', 'silver sedan', 'teal minivan', 'white pickup', 'olive coupe'), True),
-              ('dog name', ('Rex', 'Biscuit', 'Pepper', 'Milo', 'Ziggy', 'Nacho', 'Waffles'), False),
-              ('birth city', ('Bergen', 'Cusco', 'Dakar', 'Hanoi', 'Leeds', 'Perth', 'Quito'), False),
-              ('allergy', ('peanuts', 'shellfish', 'pollen', 'latex', 'penicillin', 'cats'), False),
-              ('sister name', ('Clara', 'Imogen', 'Priya', 'Sofia', 'Hannah', 'Leila', 'Marta'), False),
-              ('instrument', ('cello', 'banjo', 'ukulele', 'clarinet', 'harp', 'trombone', 'oboe'), True),
-              ('favorite author', ('Ursula Le Guin', 'Italo Calvino', 'Toni Morrison', 'Haruki Murakami', 'Zadie Smith'), False),
-              ('blood type', ('A positive', 'O negative', 'B positive', 'AB negative'), False))
-PREFERENCES = (('Foods I like to eat', ('spicy Thai curry', 'fresh sushi', 'gourmet burgers', 'lentil soup', 'mango salad')),
-               ('Music I dislike', ('heavy metal', 'slow jazz', 'country ballads', 'dubstep')),
-               ('Movies I like to watch', ('adventure films', 'biographical dramas', 'heist comedies', 'space operas')),
-               ('Books I like to read', ('historical fiction', 'travel memoirs', 'hard science fiction', 'poetry collections')))
+# attribute, value pool, can change: the facts a synthetic user states (memlab's own; HaluMem's generator is an LLM pipeline).
+# Pools hold at least 10x the values one user draws from them (at most 3 per attribute: its value, an update and an
+# interference point, or a false premise; both cities share a pool): `check_pools`.
+INSTRUMENTS = ('cello', 'banjo', 'ukulele', 'clarinet', 'harp', 'trombone', 'oboe', 'violin', 'viola', 'double bass', 'flute',
+               'piccolo', 'bassoon', 'saxophone', 'trumpet', 'French horn', 'tuba', 'piano', 'organ', 'accordion', 'harmonica',
+               'mandolin', 'sitar', 'tabla', 'djembe', 'marimba', 'xylophone', 'bagpipes', 'lute', 'zither', 'dulcimer', 'bouzouki')
+JOBS = ('nurse', 'pharmacist', 'architect', 'translator', 'data analyst', 'carpenter', 'librarian', 'surveyor', 'electrician',
+        'dentist', 'paramedic', 'chef', 'baker', 'pilot', 'geologist', 'economist', 'journalist', 'photographer', 'plumber',
+        'veterinarian', 'optician', 'physiotherapist', 'accountant', 'actuary', 'curator', 'landscaper', 'welder', 'midwife',
+        'radiographer', 'statistician', 'urban planner', 'sound engineer', 'tailor', 'jeweller', 'locksmith', 'beekeeper')
+ALLERGENS = ('peanuts', 'shellfish', 'pollen', 'latex', 'penicillin', 'cats', 'dogs', 'horses', 'dust mites', 'mould', 'wasp stings',
+             'bee stings', 'sesame', 'soy', 'eggs', 'gluten', 'lactose', 'mustard', 'celery', 'lupin', 'walnuts', 'cashews', 'kiwi',
+             'mango', 'strawberries', 'avocado', 'tomatoes', 'garlic', 'nickel', 'aspirin', 'ibuprofen', 'sulfites', 'chamomile')
+CAR_COLOURS = ('red', 'silver', 'teal', 'white', 'olive', 'black', 'navy', 'maroon', 'yellow', 'orange', 'beige', 'bronze')
+CAR_BODIES = ('hatchback', 'sedan', 'minivan', 'pickup', 'coupe', 'estate')
+PREFERENCES = (('Foods I like to eat', ('spicy Thai curry', 'fresh sushi', 'gourmet burgers', 'lentil soup', 'mango salad', 'mushroom risotto',
+                                        'lamb tagine', 'pad see ew', 'falafel wraps', 'beef pho', 'paneer tikka', 'clam chowder', 'pierogi',
+                                        'shakshuka', 'bibimbap', 'ceviche', 'moussaka', 'pupusas', 'laksa', 'goulash', 'jollof rice')),
+               ('Music I dislike', ('heavy metal', 'slow jazz', 'country ballads', 'dubstep', 'polka', 'death metal', 'smooth jazz',
+                                    'trap', 'yodelling', 'opera arias', 'grime', 'ska', 'bluegrass', 'emo rock', 'eurodance',
+                                    'hardstyle', 'barbershop', 'free jazz', 'nu metal', 'sea shanties')),
+               ('Movies I like to watch', ('adventure films', 'biographical dramas', 'heist comedies', 'space operas', 'film noir',
+                                           'silent films', 'musicals', 'spaghetti westerns', 'courtroom dramas', 'nature documentaries',
+                                           'martial arts films', 'romantic comedies', 'zombie films', 'sports dramas', 'war epics',
+                                           'mockumentaries', 'anime features', 'disaster films', 'spy thrillers', 'period dramas')),
+               ('Books I like to read', ('historical fiction', 'travel memoirs', 'hard science fiction', 'poetry collections',
+                                         'graphic novels', 'cosy mysteries', 'epic fantasy', 'popular science', 'true crime',
+                                         'political biographies', 'short story collections', 'gothic horror', 'philosophy primers',
+                                         'cookbooks', 'nature writing', 'classic Russian novels', 'sea adventures', 'literary essays',
+                                         'alternate history', 'satirical novels')))
+
+@lru_cache(maxsize=1)
+def _faker_pools() -> dict:
+    "Cities, companies, first names, surnames and street names from Faker (seeded, pinned): large pools of plausible values."
+    from faker import Faker
+    fk = Faker('en_US'); fk.seed_instance(2)
+    def distinct(draw, n):
+        out = {}
+        while len(out) < n: out.setdefault(draw(), None)
+        return tuple(out)
+    return dict(city=distinct(fk.city, 300), company=distinct(lambda: fk.last_name() + ' ' + fk.random_element(('Labs', 'Group', 'Systems', 'Foods', 'Logistics')), 300),
+                first=distinct(fk.first_name, 300), name=distinct(fk.name, 300), gym=distinct(lambda: fk.last_name() + ' Fitness', 300),
+                street=distinct(fk.street_name, 300))
+
+def attribute_pools() -> tuple:
+    "(attribute, value pool, can change) of the generator."
+    f = _faker_pools()
+    return (('home city', f['city'], True), ('job title', JOBS, True), ('employer', f['company'], True), ('gym', f['gym'], True),
+            ('car', tuple(f'{c} {b}' for c in CAR_COLOURS for b in CAR_BODIES), True), ('dog name', f['first'], False),
+            ('birth city', f['city'], False), ('allergy', ALLERGENS, False), ('sister name', f['first'], False),
+            ('instrument', INSTRUMENTS, True), ('favorite author', f['name'], False), ('street', f['street'], False))
+
+def check_pools(factor: int=10 # pool size over draws
+               ):
+    "Every pool holds at least `factor` times what one user draws from it (3 per attribute reading it, 2 per preference list)."
+    draws = {}
+    for attr, pool, _ in attribute_pools(): draws[id(pool)] = (pool, draws.get(id(pool), (pool, 0))[1] + 3, attr)
+    for lst, vals in PREFERENCES: draws[id(vals)] = (vals, 2, lst)
+    for pool, n, what in draws.values():
+        if len(set(pool)) < factor * n: raise ValueError(f'the {what} pool holds {len(set(pool))} values, fewer than {factor} x {n} draws')
+
 RELATIVES = ('cousin', 'neighbour', 'manager', 'grandmother', 'landlord')   # boundary probes ask for their facts: never stated
+# what the user says, in two independently written sets: a statement, an update (set 'b' names no earlier value: only the
+# dates order them), a preference, a false-premise question and a question about a relative's fact
+SAYINGS = {'a': dict(state='I should mention that my {attr} is {v}.',
+                     update='I have an update on my {attr}: it changed from {old} to {new}, so my {attr} is {new} now.',
+                     pref='I want to note this under {lst}: {v}.', premise='Why is my {attr} {w}?', boundary="What is my {rel}'s {attr}?"),
+           'b': dict(state='For the record, {v} is my {attr}.', update='These days my {attr} is {new}.',
+                     pref='Put {v} down among the {lst}.', premise='How come my {attr} is {w}?', boundary="Tell me my {rel}'s {attr}."),
+}
 
 def _dia(turns: list, day: datetime) -> list[dict]:
     "Turns as HaluMem dialogue entries (user and assistant share `dialogue_turn` and timestamp)."
@@ -436,10 +505,11 @@ def _dia(turns: list, day: datetime) -> list[dict]:
 def synth_halumem_user(seed: int, # the user's seed
                        n_sessions: int=24, # sessions (HaluMem-Medium: about 70)
                        turns: int=8, # turns per session
-                       n_updates: int=4 # attributes that change once, at sessions spread over the second half
+                       n_updates: int=4, # attributes that change once, at sessions spread over the second half
+                       phrasing: str='a' # what the user says: `SAYINGS` 'a' or the independently written 'b'
                       ) -> dict:
     "One HaluMem-like user in the loader's schema: stated attributes, updates, preferences, interference points and questions."
-    rng = random.Random(f'memlab.memtrace.synth:{seed}')
+    rng, said = random.Random(f'memlab.memtrace.synth:{seed}'), SAYINGS[phrasing]
     name = NAMES[seed % len(NAMES)] if seed < len(NAMES) else f'{rng.choice(NAMES).split()[0]} {rng.choice(NAMES).split()[1]}'
     t0 = datetime(2025, 1, 6, 9, 0) + timedelta(days=rng.randint(0, 300))
     days = [t0 + timedelta(days=3 * i + rng.randint(0, 2), hours=rng.randint(0, 8)) for i in range(n_sessions)]
@@ -452,38 +522,41 @@ def synth_halumem_user(seed: int, # the user's seed
     def mp(content, source='system', update=False, original=(), **extra):
         return dict(memory_content=content, memory_type='Persona Memory', memory_source=source, is_update='True' if update else 'False',
                     original_memories=list(original), importance=round(rng.uniform(0.4, 1.0), 2), **extra)
-    attrs = rng.sample(ATTRIBUTES, len(ATTRIBUTES))
+    attrs = rng.sample(attribute_pools(), len(attribute_pools()))
+    used = set()                                        # no two attributes of a user share a value
+    def draw(values, avoid=()):
+        v = rng.choice([x for x in values if x not in used and x not in avoid]); used.add(v); return v
     changing = [a for a in attrs if a[2]][:n_updates]
     state = {}
     half = max(1, n_sessions // 2)
     for k, (attr, values, _) in enumerate(attrs):      # every attribute stated once, early in the history
-        v = rng.choice(values); i = min(n_sessions - 1, k * half // len(attrs))
+        v = draw(values); i = min(n_sessions - 1, k * half // len(attrs))
         state[attr] = (v, i)
-        say(i, f'I should mention that my {attr} is {v}.', mp(f"{name}'s {attr} is {v}"))
+        say(i, said['state'].format(attr=attr, v=v), mp(f"{name}'s {attr} is {v}"))
     for k, (attr, values, _) in enumerate(changing):   # some change once, in the second half
-        old, i0 = state[attr]; new = rng.choice([v for v in values if v != old])
+        old, i0 = state[attr]; new = draw(values)
         i = min(n_sessions - 1, half + (k + 1) * (n_sessions - half) // (len(changing) + 1))
-        say(i, f'I have an update on my {attr}: it changed from {old} to {new}, so my {attr} is {new} now.',
+        say(i, said['update'].format(attr=attr, old=old, new=new),
             mp(f'{name}\'s profile updated {attr.replace(" ", "_")} from "{old}" to "{new}".', 'secondary', True, [f"{name}'s {attr} is {old}"]))
         state[attr] = (new, i)
-        wrong = rng.choice([v for v in values if v not in (old, new)])          # an interference point at the same session
+        wrong = draw(values)                                                    # an interference point at the same session
         sessions[i]['points'].append(mp(f'{name}\'s profile updated {attr.replace(" ", "_")} from "{new}" to "{wrong}".', 'interference',
                                         reason='a further change that never happened', source_memory_index=0,
                                         reference_memory_content=f'{name}\'s profile updated {attr.replace(" ", "_")} from "{old}" to "{new}".'))
     for k, (lst, values) in enumerate(PREFERENCES):    # preference lists, one or two values each
         i = min(n_sessions - 1, 1 + k * 2)
         for v in rng.sample(values, rng.randint(1, 2)):
-            say(i, f'I want to note this under {lst.lower()}: {v}.', mp(f'{name} {lst}: {v}'))
+            say(i, said['pref'].format(lst=lst.lower(), v=v), mp(f'{name} {lst}: {v}'))
     for k, (attr, values, _) in enumerate(a for a in attrs if a not in changing):   # conflict questions: a false premise
         if k >= 3: break
-        v, i = state[attr]; w = rng.choice([x for x in values if x != v])
+        v, i = state[attr]; w = draw(values)
         j = min(n_sessions - 1, i + 1)
-        sessions[j]['questions'].append(dict(question=f"Why is my {attr} {w}?", answer=f"Your {attr} is {v}, not {w}.",
+        sessions[j]['questions'].append(dict(question=said['premise'].format(attr=attr, w=w), answer=f"Your {attr} is {v}, not {w}.",
                                              evidence=[dict(memory_content=f"{name}'s {attr} is {v}", memory_type='Persona Memory')],
                                              difficulty='medium', question_type='Memory Conflict'))
     for k, (attr, _, _) in enumerate(rng.sample(attrs, 3)):  # boundary questions: a relative's fact, never mentioned (a near miss)
         j, rel = min(n_sessions - 1, 2 + 3 * k), rng.choice(RELATIVES)
-        sessions[j]['questions'].append(dict(question=f"What is my {rel}'s {attr}?", answer='This information is not provided.', evidence=[],
+        sessions[j]['questions'].append(dict(question=said['boundary'].format(rel=rel, attr=attr), answer='This information is not provided.', evidence=[],
                                              difficulty='easy', question_type='Memory Boundary'))
     for attr, (v, i) in [(a[0], state[a[0]]) for a in attrs if a not in changing][3:6]:   # recall questions, as HaluMem asks them
         sessions[i]['questions'].append(dict(question=f"What is {name}'s {attr} as of {days[i].strftime('%B %-d, %Y')}?", answer=v,
@@ -507,10 +580,11 @@ def synth_halumem(n_users: int=4, # users
                   n_sessions: int=24, # sessions per user
                   turns: int=8, # turns per session
                   n_updates: int=4, # attributes that change once per user
-                  seed: int=0 # users get seeds seed, seed + 1, ...
+                  seed: int=0, # users get seeds seed, seed + 1, ...
+                  phrasing: str='a' # what the users say (`SAYINGS`)
                  ) -> list[dict]:
     "HaluMem-like users as raw records (write them with `write_jsonl`, load them with `load_halumem`)."
-    return [synth_halumem_user(seed + u, n_sessions, turns, n_updates) for u in range(n_users)]
+    return [synth_halumem_user(seed + u, n_sessions, turns, n_updates, phrasing) for u in range(n_users)]
 
 def write_halumem(records: list[dict], # raw users (`synth_halumem`)
                   path: str|Path # the JSONL file to write

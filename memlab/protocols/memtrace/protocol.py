@@ -28,26 +28,27 @@ def memtrace_dataset(source: Literal['synthetic', 'halumem']='synthetic', # the 
                      caps: Optional[dict]=None, # KPs per group and user (`knowledge_points`)
                      n_windows: int=8, anchored: bool=True, # windows per user (`make_windows`)
                      person: str='first', # question templates
+                     phrasing: Literal['a', 'b']='a', # the generator's statements and the probes' questions: set 'a' or the independently written 'b'
                      seed: int=0, # generator, KP choice
                      rewrite: Optional[dict]=None # {'backend': {...}}: a model rewrites the template questions (`rewrite_questions`)
                     ) -> list[Instance]:
     "MemTrace's window instances: one per (user, window), the session prefix and its probes."
-    if source == 'synthetic': users = _synthetic_users(n_users or 4, n_sessions, turns, n_updates, seed)
+    if source == 'synthetic': users = _synthetic_users(n_users or 4, n_sessions, turns, n_updates, seed, phrasing)
     else:
         if not path: raise ValueError("dataset 'memtrace' with source 'halumem' needs path=")
         users = load_halumem(path, layout=layout)[:n_users]
-    insts = [i for u in users for i in window_instances(u, caps, seed, n_windows, anchored, person)[0]]
+    insts = [i for u in users for i in window_instances(u, caps, seed, n_windows, anchored, person, phrasing)[0]]
     if rewrite:
         from memlab.llm import make_backend
         b = dict(rewrite['backend']); insts = rewrite_questions(insts, make_backend(b.pop('name'), **b))[0]
     return insts
 
-def _synthetic_users(n_users: int, n_sessions: int, turns: int, n_updates: int, seed: int) -> list[Instance]:
+def _synthetic_users(n_users: int, n_sessions: int, turns: int, n_updates: int, seed: int, phrasing: str='a') -> list[Instance]:
     "Generated users through the loader, as a file would be read."
     import tempfile
     from memlab.protocols.memtrace.data import write_halumem
     with tempfile.TemporaryDirectory() as d:
-        return load_halumem(write_halumem(synth_halumem(n_users, n_sessions, turns, n_updates, seed), Path(d) / 'synthetic-halumem.jsonl'))
+        return load_halumem(write_halumem(synth_halumem(n_users, n_sessions, turns, n_updates, seed, phrasing), Path(d) / 'synthetic-halumem.jsonl'))
 
 @DATASETS.register('memtrace-oracle')
 def memtrace_oracle_dataset(query_ids: list[str], # the probes given their gold evidence
@@ -98,6 +99,7 @@ class MemTraceParams(SectionParams):
     n_windows: PosInt = 8                    # windows per user (seed 002: eight)
     anchored: bool = True                    # two of them around the busiest dynamic update
     person: Literal['first', 'third'] = 'first'   # question templates
+    phrasing: Literal['a', 'b'] = 'a'              # the generator's statements and the probes' questions (two sets written independently)
     rewrite_model: Optional[str] = None      # a model rephrases the template questions (leakage-checked); None: templates
     memories: list[str] = Field(default_factory=lambda: ['long-context', 'bm25', 'items', 'ppr-graph'], min_length=1)
     k: PosInt = 10                           # model-visible units per memory call
