@@ -10,7 +10,7 @@ from typing import Optional
 # everything else is imported by the command that needs it: `memlab --help` and bad arguments answer at once
 
 # %% auto #0
-__all__ = ['OFFICIAL_JUDGE', 'default_store', 'die_with_parent', 'make_executor', 'parser', 'main']
+__all__ = ['OFFICIAL_JUDGE', 'RETRIEVAL_COLUMNS', 'default_store', 'die_with_parent', 'make_executor', 'parser', 'main']
 
 # %% ../nbs/09_cli.ipynb #d478936d
 def default_store(cfg: 'RunConfig') -> Path:
@@ -154,12 +154,33 @@ def _cmd_check(a):
     print(t.drop(columns=['file']).to_string(index=False))
     if not a.quarantine and t['file'].any(): raise SystemExit(1)
 
+RETRIEVAL_COLUMNS = ('recall_any@5', 'recall_all@5', 'ndcg_any@5', 'recall_all@10', 'ndcg_any@10', 'reach', 'preservation')   # LongMemEval's reported cut-offs
+
+def _report_retrieval(a):
+    "Memory metrics that need no model, per policy, memory and condition, then per memory; --csv writes every column."
+    from memlab.retrieval import retrieval_report, memory_table
+    from memlab.runner import ResultsStore
+    store = ResultsStore(a.store)
+    t = retrieval_report(store)
+    show = t.assign(skipped=t.filter(like='skipped_').sum(axis=1))
+    cols = ['policy', 'memory', 'setting', *(['condition'] if show['condition'].astype(bool).any() else []), 'n', 'skipped', *RETRIEVAL_COLUMNS]
+    print('retrieval (no model): evidence sessions in what each memory returned; reach under its own search, '
+          'preservation under a gold-evidence setting')
+    print(show[cols].round(4).to_string(index=False))
+    print(memory_table(t).round(4).to_string(index=False))
+    if a.csv:
+        from memlab.plots import save_table
+        save_table(t, a.csv, store.manifest().get('labels') or ['no policy label']); print(f'wrote {a.csv}')
+
 def _cmd_report(a):
-    from memlab.runner import results_frame
-    from memlab.stats import bootstrap_table
     from memlab.core import RecordError
     if not Path(a.store).is_dir(): raise RecordError(f'{a.store}: no such store')
+    if a.retrieval: return _report_retrieval(a)
+    from memlab.runner import results_frame
+    from memlab.stats import bootstrap_table
+    from memlab.retrieval import reader_ceiling_line
     df = results_frame(a.store, judge=a.judge, judge_model=a.judge_model)   # a store scored by several judges: name one
+    if (line := reader_ceiling_line(df)): print(line)   # first: a weak reader's accuracy compares no memories
     by = a.by.split(',') if a.by else ['policy', 'memory'] + [c for c in df.columns if c.startswith('cond_')]
     t = bootstrap_table(df.dropna(subset=['correct']), 'correct', by=by, group='query_id', n_resamples=a.resamples)
     errs = df.groupby(by, dropna=False)['error'].agg(lambda s: int(s.notna().sum())).rename('errors').reset_index()
@@ -312,15 +333,18 @@ def parser() -> argparse.ArgumentParser:
     _judge_backend_args(sh)
     sh.add_argument('--runs', type=_positive_int, help='judge runs per answer (default 1)')
     sh.add_argument('--out', help='write one JSON line per answer (question_id, autoeval_label, score) to this new file')
-    h = 'accuracy with task-level bootstrap CIs'
+    h = 'accuracy with task-level bootstrap CIs (first, a line when an offline reader\'s gold-evidence ceiling is below 0.90), or memory metrics that need no model (--retrieval)'
     r = sub.add_parser('report', help=h, description=h, formatter_class=fmt,
-                       epilog=ex('memlab report STORE --by policy,memory --csv acc.csv', 'memlab report STORE --judge llm-a3 --judge-model gpt-4o-mini'))
+                       epilog=ex('memlab report STORE --by policy,memory --csv acc.csv', 'memlab report STORE --judge llm-a3 --judge-model gpt-4o-mini',
+                                 'memlab report STORE --retrieval --csv retrieval.csv'))
     r.add_argument('--judge', help='the scoring pass to report when the store holds several (a judge name)')
     r.add_argument('--judge-model', help="with --judge: that judge's model")
     r.add_argument('store', help='a run folder (read only: works on read-only stores)')
     r.add_argument('--by', help='comma-separated grouping columns (default: policy, memory and the condition columns)')
     r.add_argument('--csv', help='also write the table to this CSV file')
     r.add_argument('--resamples', type=_positive_int, default=1000, help='bootstrap resamples (default 1000)')
+    r.add_argument('--retrieval', action='store_true', help='instead: evidence recall@k, recall_all@k, NDCG, reach and preservation '
+                   "per policy, memory and condition, from the trajectories and the config's dataset (no model, no judge)")
     h = 'read rollouts: question, gold, answer, each memory call with its evidence, verdicts with the raw reply, errors'
     sw = sub.add_parser('show', help=h, description=h, formatter_class=fmt,
                         epilog=ex('memlab show STORE --failed --limit 5', 'memlab show STORE --query synthetic-3-0-q001 --chars 0'))

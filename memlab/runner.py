@@ -795,6 +795,7 @@ def readback_setting(mem: Memory, query: Query, inst: Instance, sessions: list[S
     "Perfect retrieval: every unit the memory stored from the query's target sessions (`Memory.readback`), score 1.0."
     return EvidenceView(mem, mem.readback(target_units(query, sessions)), 'readback')
 readback_setting.needs_readback = True      # `validate_config` refuses memories without provenance
+readback_setting.gold = True               # it hands the answer step the target sessions' units: a gold-evidence setting (`memlab.retrieval`)
 EVIDENCE.register('readback')(readback_setting)
 
 # %% ../nbs/07_runner.ipynb #eddd26c7

@@ -44,6 +44,8 @@ def store(tmp_path_factory):
     (['score', '{s}', '--judge', 'longmemeval'], 'this judge calls a model: pass --judge-model'),
     (['score', '{s}', '--judge', 'offline-match', '--judge-model', 'x'], "judge 'offline-match' calls no model"),
     (['report', '{s}/../no-such-store'], 'no such store'),
+    (['report', '{s}/../no-such-store', '--retrieval'], 'no such store'),
+    (['report', '{s}/rollouts', '--retrieval'], 'no run manifest'),
     (['reproduce', '--section', 'nosuch'], "no section notebook ['nosuch']"),
     (['data', 'inspect', 'nosuch', '{s}'], "unknown kind 'nosuch'"),
     (['score', '{s}', '--runs', '0'], 'must be a positive integer'),

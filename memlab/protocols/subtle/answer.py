@@ -117,6 +117,7 @@ def oracle_setting(mem: Memory, query: Query, inst: Instance, sessions: list[Ses
     text = oracle_transcript(inst.sessions, query.evidence, inst.id)
     return EvidenceView(mem, [Evidence(text=text, session_id=(query.evidence or [''])[0], rank=0, score=1.0,
                                        meta={'session_ids': list(query.evidence)})], 'oracle')
+oracle_setting.gold = True                  # the target sessions themselves: a gold-evidence setting (`memlab.retrieval`)
 
 # %% ../../../nbs/protocols/subtle/02_answer.ipynb #f8366a6d
 def format_context(units: list[Evidence] # what the answer step read
