@@ -10,21 +10,22 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Literal, Optional, Sequence
 import pandas as pd
-from .core import Query, Rollout, Score, Registry, stable_hash, dates_in
+from .core import Query, Rollout, Score, Registry, stable_hash, dates_in, _DATE_RES
 
 # %% auto #0
 __all__ = ['METRICS', 'LOCOMO_CATEGORIES', 'LOCOMO_ABSTAIN', 'OFFLINE_JUDGE_LABEL', 'JUDGES', 'JUDGE_RUN', 'ABSTENTION_PHRASES',
-           'PREMISE_REJECTIONS', 'LOCOMO_ORDER', 'A3_SYSTEM_PROMPT', 'A3_USER_TEMPLATE', 'MEMOS_SYSTEM_PROMPT',
-           'MEMOS_LOCOMO_TEMPLATE', 'MEMOS_LME_TEMPLATE', 'LME_DEFAULT_TEMPLATE', 'LME_TEMPORAL_TEMPLATE',
-           'LME_KNOWLEDGE_UPDATE_TEMPLATE', 'LME_PREFERENCE_TEMPLATE', 'LME_ABSTENTION_TEMPLATE', 'LME_TEMPLATES',
-           'RETRIEVAL_KS', 'normalize_mab', 'normalize_locomo', 'register_metric', 'get_metric', 'flatten_golds',
-           'exact_match', 'substring_exact_match', 'token_f1', 'locomo_f1', 'locomo_multihop_f1', 'locomo_score',
-           'rouge_l_f1', 'recall_all', 'all_recalled', 'register_judge', 'make_judge', 'gold_text', 'Judge',
-           'is_abstention', 'rejects_premise', 'matched_gold', 'OfflineJudge', 'LoCoMoJudge', 'locomo_metrics',
-           'fill_template', 'parse_label_json', 'LLMJudge', 'parse_memos_locomo', 'parse_memos_lme', 'MemOSLoCoMoJudge',
-           'MemOSLMEJudge', 'lme_template', 'parse_yes_no', 'LongMemEvalJudge', 'longmemeval_metrics', 'judge_many',
-           'scores_frame', 'aggregate_runs', 'judge_summary', 'retrieved_sessions', 'retrieval_scores',
-           'retrieval_table']
+           'PREMISE_REJECTIONS', 'UNDECIDED', 'LOCOMO_ORDER', 'A3_SYSTEM_PROMPT', 'A3_USER_TEMPLATE',
+           'MEMOS_SYSTEM_PROMPT', 'MEMOS_LOCOMO_TEMPLATE', 'MEMOS_LME_TEMPLATE', 'LME_DEFAULT_TEMPLATE',
+           'LME_TEMPORAL_TEMPLATE', 'LME_KNOWLEDGE_UPDATE_TEMPLATE', 'LME_PREFERENCE_TEMPLATE',
+           'LME_ABSTENTION_TEMPLATE', 'LME_TEMPLATES', 'RETRIEVAL_KS', 'normalize_mab', 'normalize_locomo',
+           'register_metric', 'get_metric', 'flatten_golds', 'exact_match', 'substring_exact_match', 'token_f1',
+           'locomo_f1', 'locomo_multihop_f1', 'locomo_score', 'rouge_l_f1', 'recall_all', 'all_recalled',
+           'register_judge', 'make_judge', 'gold_text', 'Judge', 'is_abstention', 'rejects_premise', 'is_undecided',
+           'canonical_text', 'answer_clauses', 'affirmed_clauses', 'matched_gold', 'off_by_one_golds', 'OfflineJudge',
+           'LoCoMoJudge', 'locomo_metrics', 'fill_template', 'parse_label_json', 'LLMJudge', 'parse_memos_locomo',
+           'parse_memos_lme', 'MemOSLoCoMoJudge', 'MemOSLMEJudge', 'lme_template', 'parse_yes_no', 'LongMemEvalJudge',
+           'longmemeval_metrics', 'judge_many', 'scores_frame', 'aggregate_runs', 'judge_summary', 'retrieved_sessions',
+           'retrieval_scores', 'retrieval_table']
 
 # %% ../nbs/05_judge.ipynb #f5210f38
 _PUNCT = set(string.punctuation)
@@ -253,15 +254,20 @@ class Judge:
 
     def __repr__(self): return f'{type(self).__name__}(name={self.name!r}, model={self.model!r}, prompt_hash={self.prompt_hash!r})'
 
-# %% ../nbs/05_judge.ipynb #2d3a6e2e
+# %% ../nbs/05_judge.ipynb #84a5458f
 ABSTENTION_PHRASES = (
     "i don't know", "i do not know", "not mentioned", "never mentioned", "no information", "not enough information",
     "insufficient information", "cannot be answered", "can't be answered", "cannot answer", "can't answer",
     "unanswerable", "cannot determine", "can't determine", "not possible to determine", "no record", "not specified",
-    "did not mention", "didn't mention", "not provided")
+    "did not mention", "didn't mention", "not provided", "did not tell", "didn't tell", "have not told", "haven't told",
+    "never told", "no mention")
 
 PREMISE_REJECTIONS = (r'\bpremise\b', r'\bdid not\b', r"\bdidn't\b", r'\bnever\b', r'\bnot\b.*\bbut\b',
-                      r'\bactually\b', r'\bincorrect\b', r"\bwasn't\b", r'\bwas not\b')
+                      r'\bactually\b', r'\bincorrect\b', r"\bwasn't\b", r'\bwas not\b', r"\bdon't\b", r'\bdo not\b',
+                      r"\bisn't\b", r'\bis not\b', r',\s*not\b', r'\bno such\b')
+
+UNDECIDED = (r'\bunclear\b', r'\bclarif', r'\bconflict', r'\bunresolved\b', r'\bdisagree', r'\bcontradict',
+             r'\binconsistent\b', r"\bcan(?:not|'t) (?:tell|say) which\b", r'\bnot (?:sure|certain) which\b')
 
 def _plain(s: str) -> str:
     "Lowercase, straight quotes, collapsed whitespace: the form phrase lists are matched against."
@@ -275,34 +281,173 @@ def rejects_premise(answer: Optional[str]) -> bool:
     "True if the answer rejects a question's premise (matches one of `PREMISE_REJECTIONS`)."
     return answer is not None and any(re.search(p, _plain(answer)) for p in PREMISE_REJECTIONS)
 
+def is_undecided(answer: Optional[str]) -> bool:
+    "True if the answer declares the question undecided ('Unclear', asks for clarification, reports a conflict): one of `UNDECIDED`."
+    return answer is not None and any(re.search(p, _plain(answer)) for p in UNDECIDED)
 
-_DATE_FILLER = {'', 'on', 'in', 'at', 'it was', 'date', 'around'}
+# %% ../nbs/05_judge.ipynb #131d7b52
+_UNITS = 'zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen'.split()
+_TENS = dict(twenty=20, thirty=30, forty=40, fifty=50, sixty=60, seventy=70, eighty=80, ninety=90)
+_NUMWORD = {w: i for i, w in enumerate(_UNITS)} | _TENS
+_NUMWORD_RE = re.compile(rf"\b({'|'.join(_TENS)})[\s-]+({'|'.join(_UNITS[1:10])})\b|\b({'|'.join(sorted(_NUMWORD, key=len, reverse=True))})\b", re.I)
+
+def _date_token(m, ymd) -> str:
+    try: return f' d{dt.date(*map(int, ymd(m))):%Y%m%d} '
+    except ValueError: return m[0]
+
+def _number(m) -> str:
+    if m[1]: return str(_NUMWORD[m[1].lower()] + _NUMWORD[m[2].lower()])
+    return str(_NUMWORD[m[3].lower()])
+
+def canonical_text(text: str # an answer or a gold
+                  ) -> str:
+    "One spelling per value: dates as `d20230702` (any format `dates_in` reads), number words as digits, `1,200` as `1200`, `3.5` as `3p5`, `6:30` as `6h30`."
+    s = str(text)
+    for rx, ymd in _DATE_RES: s = rx.sub(lambda m: _date_token(m, ymd), s)
+    s = _NUMWORD_RE.sub(_number, s)
+    s = re.sub(r'\b(\d+) and a half\b', r'\1.5', s)
+    s = re.sub(r'(?<=\d),(?=\d{3}\b)', '', s)          # thousands separators
+    s = re.sub(r'(?<=\d)\.(?=\d)', 'p', s)              # a decimal point is not a full stop
+    return re.sub(r'(?<=\d):(?=\d)', 'h', s)            # nor is a clock's colon a clause break
+
+# %% ../nbs/05_judge.ipynb #d798bed7
+_CLAUSE_RE = re.compile(r'[.;:!?()\[\]\n]+|\s[-\u2013\u2014]+\s|[\u2013\u2014]|\b(?=(?:but|whereas|although|though|however|before|after|until|while|because)\b)', re.I)
+_SEPARATORS = {',', '/', '&', 'and', 'or', 'nor', 'vs', 'versus', 'plus'}     # between the items of a clause
+_OR_WORDS = {'or', 'nor', 'either', '/', 'vs', 'versus', 'maybe', 'possibly', 'perhaps'}   # the items are alternatives
+_AND_WORDS = {'and', '&', 'both', 'plus'}                                                  # the items are an enumeration
+_NEG_WORDS = {'not', 'never', 'nor', 'isnt', 'wasnt', 'arent', 'werent', 'dont', 'doesnt', 'didnt', 'hasnt', 'havent',
+              'hadnt', 'formerly', 'previously', 'unlike', 'except', 'stopped', 'quit', 'left', 'dropped', 'replaced'}
+_NEG_PAIRS = {('instead', 'of'), ('rather', 'than'), ('used', 'to'), ('no', 'longer'), ('gave', 'up'), ('give', 'up'),
+              ('given', 'up'), ('other', 'than'), ('before', 'that'), ('before', 'then'), ('apart', 'from')}
+_NEG_AFTER = {'anymore', 'previously', 'formerly'}
+_LEAD = {'and', 'or', 'nor', 'either', 'both', 'maybe', 'possibly', 'perhaps', 'probably', 'also', 'then', 'first', 'plus',
+         'in', 'at', 'on', 'to', 'of', 'for', 'with', 'by', 'just', 'only', 'its'}
+_FUNCTION = {'you', 'your', 'youre', 'i', 'im', 'me', 'my', 'it', 'he', 'she', 'they', 'we', 'him', 'her', 'them', 'is',
+             'are', 'was', 'were', 'be', 'been', 'am', 'have', 'has', 'had', 'do', 'did', 'does', 'will', 'would', 'can',
+             'could', 'should', 'that', 'which', 'who', 'this', 'there', 'what', 'because', 'when', 'where', 'thats'}
+
+def _tokens(text: str) -> list[str]:
+    "Normalized word tokens (`normalize_mab` per word), with ',', '/' and '&' kept as tokens."
+    out = []
+    for w in re.findall(r'[^\s,/&]+|[,/&]', text):
+        out.extend([w] if w in ',/&' else normalize_mab(w).split())
+    return out
+
+def answer_clauses(answer: str # an answer or a reference
+                  ) -> list[list[str]]:
+    "The tokens of each clause of `canonical_text(answer)` (clauses end at . ; : ! ? brackets, dashes, and before 'but', 'before', 'because' ...)."
+    return [t for c in _CLAUSE_RE.split(canonical_text(answer)) if c and (t := _tokens(c))]
+
+def _items(toks: list[str]) -> list[tuple[int, int]]:
+    "The [start, end) spans of a clause's items: the runs between separators."
+    spans, start = [], 0
+    for i, t in enumerate(toks + [',']):
+        if t in _SEPARATORS:
+            if i > start: spans.append((start, i))
+            start = i + 1
+    return spans
+
+def _negated(toks: list[str], s: int, e: int) -> bool:
+    "True if the words before toks[s:e] in its item (or just after it) deny it or mark it as a past value."
+    start = max([a for a, b in _items(toks) if a <= s] or [0])
+    before = toks[max(start, s - 8):s]
+    if set(before) & _NEG_WORDS or any(p in _NEG_PAIRS for p in zip(before, before[1:])): return True
+    after = toks[e:next((i for i in range(e, len(toks)) if toks[i] in _SEPARATORS), len(toks))][:2]
+    if set(after) & _NEG_AFTER or after == ['any', 'more']: return True
+    if 'from' in before:                                    # 'from X to Y': X is the old value
+        f = s - before[::-1].index('from') - 1
+        return not {'to', 'into'} & set(toks[f + 1:s]) and bool({'to', 'into'} & set(toks[e:]))
+    return False
+
+def affirmed_clauses(answer: str # an answer
+                    ) -> list[list[str]]:
+    "`answer_clauses` without the words an item denies: from a negation cue ('not', 'instead of', 'used to' ...) to the item's end."
+    out = []
+    for toks in answer_clauses(answer):
+        keep = [True] * len(toks)
+        for a, b in _items(toks):
+            for i in range(a, b):
+                if toks[i] in _NEG_WORDS or tuple(toks[i:i + 2]) in _NEG_PAIRS:
+                    keep[i:b] = [False] * (b - i); break
+        out.append([t for t, k in zip(toks, keep) if k])
+    return out
+
+# %% ../nbs/05_judge.ipynb #202b814f
+def _find(toks: list[str], seq: list[str]):
+    "The [start, end) spans of `seq` in `toks`, commas skipped on both sides."
+    idx = [i for i, t in enumerate(toks) if t != ',']
+    words, seq = [toks[i] for i in idx], [t for t in seq if t != ',']
+    for j in range(len(words) - len(seq) + 1):
+        if seq and words[j:j + len(seq)] == seq: yield idx[j], idx[j + len(seq) - 1] + 1
+
+_DATE_FILLER = {'on', 'in', 'at', 'it', 'was', 'date', 'around'}
+
+def _gold_tokens(gold: str) -> list[str]:
+    "A gold's tokens; a date with filler words ('on 2 July 2023') is the date alone."
+    toks = _tokens(canonical_text(gold))
+    dates = [t for t in toks if re.fullmatch(r'd\d{8}', t)]
+    return dates if len(dates) == 1 and set(toks) - set(dates) <= _DATE_FILLER else toks
+
+def _rivals(toks: list[str], s: int, e: int, golds: list[list[str]]) -> list[list[str]]:
+    "Other candidates offered in the same clause as toks[s:e]: items joined to it by 'or' / 'maybe' ..., or by 'and' / a list of 3+."
+    items = [(a, b) for a, b in _items(toks) if b <= s or a >= e]
+    rest = toks[:s] + toks[e:]
+    alt, enum = bool(set(rest) & _OR_WORDS), bool(set(rest) & _AND_WORDS) or len(items) >= 2
+    if not (alt or enum): return []
+    out = []
+    for a, b in items:
+        core = toks[a:b]
+        while core and core[0] in _LEAD: core = core[1:]
+        if (0 < len(core) <= 4 and not set(core) & _FUNCTION and core[0] not in _NEG_WORDS
+                and tuple(core[:2]) not in _NEG_PAIRS and core not in golds): out.append(core)
+    return out
+
+def _members(gold: list[str]) -> list[list[str]]:
+    "The members of a list gold ('A, B and C' -> A, B, C); a single value has one member."
+    spans = [(a, b) for a, b in _items([t for t in gold])]
+    return [gold[a:b] for a, b in spans if a < b]
 
 def matched_gold(answer: str, # the final answer
                  golds: str|list # acceptable gold answers
                 ) -> Optional[str]:
-    "The first gold whose normalized form occurs as whole words in the normalized answer, or that is a date the answer names (in any format)."
-    a = f' {normalize_mab(answer)} '
-    hit = next((g for g in flatten_golds(golds) if (n := normalize_mab(g)) and f' {n} ' in a), None)
-    if hit is not None: return hit
-    said = None
-    for g in flatten_golds(golds):
-        gd, rest = dates_in(g)
-        if gd and normalize_mab(rest) in _DATE_FILLER:                      # the gold is a date and nothing else
-            said = dates_in(answer)[0] if said is None else said
-            if gd <= said: return g
+    "The first gold the answer affirms as its one answer (not denied, not one of several candidates); a list gold needs all its members."
+    clauses, gs = answer_clauses(answer), [(g, t) for g in flatten_golds(golds) if (t := _gold_tokens(g))]
+    seqs = [[w for w in t if w != ','] for _, t in gs]
+    for g, t in gs:
+        if any(not _negated(c, s, e) and not _rivals(c, s, e, seqs) for c in clauses for s, e in _find(c, t)): return g
+    for g, t in gs:
+        ms = _members(t)
+        if len(ms) > 1 and all(any(not _negated(c, s, e) and not set(c) & _OR_WORDS for c in clauses for s, e in _find(c, m)) for m in ms):
+            return g
     return None
 
-# %% ../nbs/05_judge.ipynb #9d15547e
+# %% ../nbs/05_judge.ipynb #dc6091ec
+_COUNT_Q = re.compile(r'\bhow many (?:days|weeks|months|years)\b', re.I)
+
+def off_by_one_golds(query: Query # a question with its gold answers
+                    ) -> list[str]:
+    "LongMemEval temporal-reasoning counts of days/weeks/months/years: each gold with its one number moved by one (else [])."
+    if query.qtype != 'temporal-reasoning' or not _COUNT_Q.search(query.question): return []
+    out = []
+    for g in flatten_golds(query.answers):
+        c = canonical_text(g)
+        if len(nums := re.findall(r'\b\d+\b', c)) == 1:
+            out += [re.sub(r'\b\d+\b', str(k), c) for k in (int(nums[0]) - 1, int(nums[0]) + 1) if k >= 0]
+    return out
+
+# %% ../nbs/05_judge.ipynb #d6afcc87
 @register_judge('offline-match')
 class OfflineJudge(Judge):
-    "Offline normalized-match judge (no LLM): whole-word gold match, abstention and false-premise rules."
+    "Offline strict-match judge (no LLM): the gold affirmed as the one answer, abstention, false-premise, undecided and off-by-one rules."
     model = 'offline'
     def __init__(self): self.params = {}
 
     def prompt_texts(self):
         return dict(judge='offline-match', label=OFFLINE_JUDGE_LABEL, normalize='normalize_mab', match='whole-word',
-                    abstention=list(ABSTENTION_PHRASES), premise=list(PREMISE_REJECTIONS), dates='a date gold matches its date in any format')
+                    abstention=list(ABSTENTION_PHRASES), premise=list(PREMISE_REJECTIONS), dates='a date gold matches its date in any format',
+                    strict=dict(undecided=list(UNDECIDED), negation=sorted(_NEG_WORDS) + [' '.join(p) for p in sorted(_NEG_PAIRS)],
+                                alternatives=sorted(_OR_WORDS), enumeration=sorted(_AND_WORDS), lists='every member',
+                                numbers='words as digits', off_by_one='temporal-reasoning day/week/month/year counts'))
 
     def _none_score(self, query): return 0.0 if flatten_golds(query.answers) else None
 
@@ -313,12 +458,14 @@ class OfflineJudge(Judge):
         if query.abstention:
             ok = is_abstention(answer)
             return ('CORRECT' if ok else 'WRONG'), score, f'{tag}: abstention question, answer {"abstains" if ok else "does not abstain"}'
+        accepted = golds + off_by_one_golds(query)
         if query.meta.get('false_premise'):
-            rej, g = rejects_premise(answer), (matched_gold(answer, golds) if golds else None)
+            rej, g = rejects_premise(answer), (matched_gold(answer, accepted) if golds else None)
             ok = rej and (g is not None or not golds)
             return ('CORRECT' if ok else 'WRONG'), score, f'{tag}: false premise, rejects={rej}, matched gold={g!r}'
         if not any(normalize_mab(g) for g in golds): return 'error', None, f'{tag}: no usable gold answer'
-        g = matched_gold(answer, golds)
+        if is_undecided(answer): return 'WRONG', score, f'{tag}: the answer leaves the question undecided'
+        g = matched_gold(answer, accepted)
         return ('CORRECT' if g is not None else 'WRONG'), score, f'{tag}: matched gold={g!r}'
 
 # %% ../nbs/05_judge.ipynb #037122b4

@@ -9,7 +9,8 @@ from collections import Counter
 from typing import Any, Callable, Literal, Optional, Sequence
 import pandas as pd
 from ...core import Query
-from ...judge import Judge, OFFLINE_JUDGE_LABEL, register_judge, _strip_fences
+from ...judge import (Judge, OFFLINE_JUDGE_LABEL, register_judge, _strip_fences, canonical_text, answer_clauses,
+                          affirmed_clauses, is_undecided)
 from ...memory import terms
 
 # %% auto #0
@@ -313,32 +314,64 @@ def run_accuracy(scores_df: pd.DataFrame, # `scores_frame` rows (extra columns f
                          n_unparsed=int((g['label'] == 'unparsed').sum()), n_error=int((g['label'] == 'error').sum())))
     return pd.DataFrame(rows)
 
-# %% ../../../nbs/protocols/subtle/03_judge.ipynb #95b85df9
-def reference_similarity(answer: Optional[str], # the generated answer
-                         reference: str # one reference answer
-                        ) -> float:
-    "F1 of the content terms (`memlab.memory.terms`) of answer and reference; 0 when either has none."
-    a, r = terms(answer or ''), terms(reference or '')
+# %% ../../../nbs/protocols/subtle/03_judge.ipynb #83c31133
+def _terms_of(text: Optional[str]) -> list[str]:
+    "Content terms (`memlab.memory.terms`) of a text's clause tokens (`answer_clauses`: canonical spelling, normalized words)."
+    return terms(' '.join(t for c in answer_clauses(text or '') for t in c))
+
+def _f1(a: list, r: list) -> float:
     same = sum((Counter(a) & Counter(r)).values())
     return 0.0 if same == 0 else 2 * same / (len(a) + len(r))
 
+def reference_similarity(answer: Optional[str], # the generated answer
+                         reference: str # one reference answer
+                        ) -> float:
+    "F1 of the content terms of answer and reference in canonical spelling; 0 when either has none."
+    return _f1(_terms_of(answer), _terms_of(reference))
+
 @register_judge('subtlememory-offline')
 class SubtleOfflineJudge(Judge):
-    "Offline SubtleMemory judge (no LLM): exact-match bypass, then closer to a correct than to any incorrect reference."
+    "Offline SubtleMemory judge (no LLM): exact-match bypass, undecided and conflict rules, no wrong value, K>1 completeness, closer to a correct reference."
     model = 'offline'
     def __init__(self, floor: float=0.2 # the least term F1 to a correct reference for CORRECT
                 ):
         self.floor, self.params = floor, dict(floor=floor)
     def prompt_texts(self):
         return dict(judge='subtlememory-offline', bypass='whitespace collapsed, lower-cased; correct first',
-                    similarity='F1 of memlab.memory.terms', rule='best correct > best incorrect and >= floor', floor=self.floor)
+                    similarity='F1 of memlab.memory.terms of canonical_text', rule='best correct > best incorrect and >= floor', floor=self.floor,
+                    strict=dict(undecided='memlab.judge.UNDECIDED', conflict='names every side, no wrong-only value',
+                                head='no wrong-only value', k_gt_1='every term of the most concise accepted answer', read='affirmed_clauses'))
     def _none_score(self, query): return 0.0
     def _verdict(self, query, answer):
         correct, incorrect = clean_references(query.answers), clean_references((query.meta or {}).get('incorrect_answers'))
         if not correct: raise ValueError(f'query {query.id}: no accepted correct answer to compare with')
-        bc = max(reference_similarity(answer, r) for r in correct)
-        bi = max((reference_similarity(answer, r) for r in incorrect), default=0.0)
+        tag = OFFLINE_JUDGE_LABEL
         v = reference_verdict(answer, correct, incorrect)
-        if v is not None: return v[0], round(bc, 4), f'{OFFLINE_JUDGE_LABEL}: {NO_MODEL}: {v[1]}'
+        if v is not None: return v[0], float(v[0] == 'CORRECT'), f'{tag}: {NO_MODEL}: {v[1]}'
+        said = [terms(' '.join(c)) for c in affirmed_clauses(answer)]
+        said = [c for c in said if c]
+        qt = set(_terms_of(query.question))
+        bad_terms = set().union(*(_terms_of(r) for r in incorrect)) - set().union(*(_terms_of(r) for r in correct)) - qt
+        und, open_refs = is_undecided(answer), [r for r in correct if is_undecided(r)]
+        if und and not open_refs: return 'WRONG', 0.0, f'{tag}: undecided answer, the accepted answers give a value'
+        if not und and len(open_refs) == len(correct): return 'WRONG', 0.0, f'{tag}: picks a value, the accepted answers keep the conflict open'
+        refs = open_refs if und else [r for r in correct if not is_undecided(r)]
+        rterms = [set(_terms_of(r)) for r in refs]
+        if und:       # the conflicting values every accepted answer names must all be there, and no value of a wrong one
+            words, iterms = {t for c in said for t in c}, set().union(*(_terms_of(r) for r in incorrect))
+            sides = set.intersection(*(r & iterms for r in rterms)) - qt
+            miss, bad = sides - words, bad_terms & words
+            bc = max(_f1([t for c in said for t in c], _terms_of(r)) for r in refs)
+            ok = not miss and not bad and (bool(sides) or bc >= self.floor)
+            return ('CORRECT' if ok else 'WRONG'), round(bc, 4), f'{tag}: undecided answer; sides missing {sorted(miss)}, wrong values {sorted(bad)}'
+        key = bad_terms | set().union(*rterms)
+        head = next((c for c in said if set(c) & key - qt), said[0] if said else [])
+        if bad := bad_terms & set(head): return 'WRONG', 0.0, f'{tag}: the answer offers values of a known incorrect answer: {sorted(bad)}'
+        if relation_subtype_key((query.meta or {}).get('relation_subtype')) == 'K>1':
+            need = min((r - qt for r in rterms), key=len)
+            if miss := need - {t for c in said for t in c}: return 'WRONG', 0.0, f'{tag}: K>1 answer misses {sorted(miss)}'
+        kept = [t for c in said if not bad_terms & set(c) for t in c]     # clauses naming other values are conditions, not the answer
+        bc = max(_f1(kept, _terms_of(r)) for r in refs)
+        bi = max((_f1(kept, _terms_of(r)) for r in incorrect), default=0.0)
         ok = bc > bi and bc >= self.floor
-        return ('CORRECT' if ok else 'WRONG'), round(bc, 4), f'{OFFLINE_JUDGE_LABEL}: best term F1 to a correct reference {bc:.3f}, to an incorrect one {bi:.3f} (floor {self.floor})'
+        return ('CORRECT' if ok else 'WRONG'), round(bc, 4), f'{tag}: best term F1 to a correct reference {bc:.3f}, to an incorrect one {bi:.3f} (floor {self.floor})'
