@@ -4,7 +4,7 @@
 
 # %% ../nbs/04_reader.ipynb #938891c3
 from __future__ import annotations
-import math, re, datetime as dt
+import calendar, math, re, datetime as dt
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal, Optional
@@ -13,8 +13,9 @@ from .memory import terms, STOPWORDS
 from .agent import Policy, POLICIES, Search, Answer
 
 # %% auto #0
-__all__ = ['TierName', 'TIERS', 'ABSTAIN', 'TYPE_NOUNS', 'Tier', 'QuestionInfo', 'read_question', 'Sentence', 'read_units',
-           'first_person', 'day', 'day_of', 'candidate', 'Belief', 'weigh', 'believe', 'reformulate', 'OfflineReader']
+__all__ = ['TierName', 'TIERS', 'ABSTAIN', 'TYPE_NOUNS', 'IRREGULAR', 'LIGHT_VERBS', 'CURRENT', 'PERSONS', 'Tier', 'rterms',
+           'QuestionInfo', 'read_question', 'Sentence', 'read_units', 'first_person', 'relative_day', 'day', 'day_of',
+           'candidate', 'n_items', 'Belief', 'weigh', 'believe', 'count_belief', 'reformulate', 'OfflineReader']
 
 # %% ../nbs/04_reader.ipynb #bd24533a
 @dataclass(frozen=True)
@@ -29,12 +30,13 @@ class Tier:
     first_person: bool    # prefers the user's own first-person statements
     prefer_latest: bool   # resolves conflicting values by the latest date
     stagnation_stop: bool # stops searching when a search brings no new evidence
+    aggregate: bool = True # answers a how-many question with no stated number by counting matching statements across units
 
 TierName = Literal['weak', 'medium', 'strong']   # the tiers a config may name
 
 TIERS = {
     'weak':   Tier('weak',   read_k=3,  stop=0.95, answer_min=0.45, patience=6, reformulate='drop-word',
-                   first_person=False, prefer_latest=False, stagnation_stop=False),
+                   first_person=False, prefer_latest=False, stagnation_stop=False, aggregate=False),
     'medium': Tier('medium', read_k=6,  stop=0.85, answer_min=0.70, patience=4, reformulate='keywords',
                    first_person=True, prefer_latest=True, stagnation_stop=False),
     'strong': Tier('strong', read_k=12, stop=0.80, answer_min=0.75, patience=3, reformulate='missing-terms',
@@ -43,8 +45,22 @@ TIERS = {
 ABSTAIN = "I don't know"
 
 # %% ../nbs/04_reader.ipynb #6d73e510
-TYPE_NOUNS = frozenset(terms('name called color colour kind type title'))
+TYPE_NOUNS = frozenset(terms('name called color colour kind type title date day'))
 _WH = ('what', 'which')
+IRREGULAR = {'took': 'take', 'taken': 'take', 'went': 'go', 'gone': 'go', 'saw': 'see', 'seen': 'see', 'bought': 'buy',
+             'caught': 'catch', 'made': 'make', 'found': 'find', 'ran': 'run', 'brought': 'bring', 'drove': 'drive',
+             'driven': 'drive', 'ate': 'eat', 'eaten': 'eat', 'wrote': 'write', 'written': 'write', 'began': 'begin',
+             'begun': 'begin', 'gave': 'give', 'given': 'give', 'met': 'meet', 'left': 'leav', 'felt': 'feel', 'kept': 'keep',
+             'sold': 'sell', 'told': 'tell', 'thought': 'think', 'flew': 'fli', 'flown': 'fli', 'sent': 'send', 'spent': 'spend',
+             'won': 'win', 'paid': 'pay', 'taught': 'teach', 'heard': 'hear', 'held': 'hold', 'built': 'build', 'chose': 'choos',
+             'chosen': 'choos', 'lost': 'lose', 'grew': 'grow', 'grown': 'grow', 'knew': 'know', 'known': 'know', 'sang': 'sing',
+             'sung': 'sing', 'swam': 'swim', 'swum': 'swim', 'rode': 'ride', 'ridden': 'ride', 'broke': 'break', 'broken': 'break'}
+LIGHT_VERBS = frozenset(['go', 'come', 'do', 'make', 'get', 'take', 'put', 'keep'])   # verbs too light to require
+CURRENT = re.compile(r"\b(?:now|currently|current|these days|nowadays|at the moment|at present|latest|from now on)\b", re.I)
+
+def rterms(text: str) -> list[str]:
+    "The reader's terms: `terms`, with irregular past forms mapped to their verb (English, not any generator's words)."
+    return [IRREGULAR.get(t, t) for t in terms(text)]
 
 @dataclass
 class QuestionInfo:
@@ -54,22 +70,31 @@ class QuestionInfo:
     premise: list[str]   # entities the question presupposes (capitalized words, numbers)
     keywords: str        # the question's content words, for reformulation
     dates: frozenset = frozenset()   # calendar days the question names, in any spelling (2023/07/02 = 2 July 2023)
+    count: bool = False  # a how-many question: a stated number, else the matching statements are counted
+    current: bool = False  # asks for the current state (now, these days, ...): the latest value
+
+_DATE_Q = re.compile(r"^(?:(?:on|at|in)\s+)?(?:when\b|(?:what|which)\s+(?:date|day)\b)|\b(?:the|what)\s+(?:date|day)\s+(?:when|on which)\b", re.I)
 
 @lru_cache(maxsize=4096)
 def read_question(question: str) -> QuestionInfo:
     "Answer type, required terms, presupposed entities and named days of a question."
     words = re.findall(r"[A-Za-z0-9']+", question)
     low = [w.lower() for w in words]
-    atype = ('date' if low[:1] == ['when'] or question.lower().startswith('what date') else
+    count = bool(re.search(r'\bhow many\b', question, re.I))
+    atype = ('date' if _DATE_Q.search(question) else
              'number' if re.search(r'\bhow (many|much|long)\b', question.lower()) else 'span')
     days, undated = dates_in(question)                    # a named day is matched by date, not by its words
+    current = bool(CURRENT.search(undated)); undated = CURRENT.sub(' ', undated)
     date_words = set(words) - set(re.findall(r"[A-Za-z0-9']+", undated))
     premise = [w for i, w in enumerate(words) if i > 0 and w != 'I' and (w[0].isupper() or w.isdigit()) and w not in date_words]
-    skip = set(TYPE_NOUNS) | set(terms(' '.join(premise)))
-    if len(low) > 1 and low[0] in _WH and low[1] not in STOPWORDS: skip |= set(terms(low[1]))
-    content = [t for t in dict.fromkeys(terms(undated)) if t not in skip]
+    skip = set(TYPE_NOUNS) | set(rterms(' '.join(premise)))
+    if len(low) > 1 and low[0] in _WH and low[1] not in STOPWORDS: skip |= set(rterms(low[1]))   # what X: X describes the answer
+    if count and (m := re.search(r'\bhow many\s+([A-Za-z]+)', question, re.I)): skip |= set(rterms(m[1]))   # how many X: X is counted
+    content = [t for t in dict.fromkeys(rterms(undated)) if t not in skip]
+    if any(t not in LIGHT_VERBS for t in content): content = [t for t in content if t not in LIGHT_VERBS]   # go, do, ...: not required
     kw = ' '.join(w for w in words if w.lower() not in STOPWORDS and w.lower() not in ('what', 'which', 'when', 'how'))
-    return QuestionInfo(content, atype, premise, kw, frozenset(days))
+    return QuestionInfo(content, atype, premise, kw, frozenset(days), count, current)
+
 
 # %% ../nbs/04_reader.ipynb #87915e38
 @dataclass
@@ -98,7 +123,7 @@ def read_units(units: list[Evidence]) -> list[Sentence]:
             for s in _SPLIT.split(line):
                 key = (date, s)
                 if s and key not in seen:
-                    seen.add(key); out.append(Sentence(s, role, date, len(out), frozenset(terms(s))))
+                    seen.add(key); out.append(Sentence(s, role, date, len(out), frozenset(rterms(s))))
     return out
 
 # %% ../nbs/04_reader.ipynb #3c60ef61
@@ -106,18 +131,58 @@ _FIRST = re.compile(r"\b(I|me|I'm|I've)\b")
 _NUM = re.compile(r'\b\d+(?:\.\d+)?\b')
 _CAP = re.compile(r"\b[A-Z][a-zA-Z'\-]+(?:\s+(?:of\s+|and\s+)?[A-Z][a-zA-Z'\-]+)*")
 
+PERSONS = ('coworker|colleague|neighbou?r|cousin|friend|manager|boss|roommate|partner|sister|brother|mother|father|mom|dad|'
+           'wife|husband|son|daughter|kids?|child(?:ren)?|aunt|uncle|grandmother|grandfather|grandma|grandpa|nephew|niece|parents?')
+_MY_OTHER = re.compile(rf"\bmy\s+(?:\w+\s+)?(?:{PERSONS})s?\b(?!\s+(?:{'|'.join(('and I', 'and me'))}))", re.I)
+_MY = re.compile(r"\bmy\b", re.I)
+
 def first_person(s: Sentence) -> bool:
-    "A user statement about the user (first-person subject or object)."
-    return s.role == 'user' and bool(_FIRST.search(s.text))
+    "A user statement about the user: a first-person subject or object (I, me), or something of theirs ('my time') that is not another person ('my coworker')."
+    return s.role == 'user' and bool(_FIRST.search(s.text) or (_MY.search(s.text) and not _MY_OTHER.search(s.text)))
+
+_NUMBER_WORDS = {w: i for i, w in enumerate('zero one two three four five six seven eight nine ten eleven twelve'.split())} | {'a': 1, 'an': 1}
+_MONTH = {m.lower(): i for i, m in enumerate(calendar.month_name) if m} | {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m}
+_MON = '|'.join(sorted(_MONTH, key=len, reverse=True))
+_WDAYS = [d.lower() for d in calendar.day_name]
+_AGO = re.compile(r'\b(\d+|' + '|'.join(_NUMBER_WORDS) + r')\s+(day|week|month|year)s?\s+ago\b', re.I)
+_LAST = re.compile(r'\blast\s+(' + '|'.join(_WDAYS) + r'|week|month|year)\b', re.I)
+_DAY_MONTH = re.compile(rf'\b(?:(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MON})|({_MON})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?)\b(?!,?\s*\d{{4}})', re.I)
+
+def _months_back(d: dt.date, n: int) -> dt.date:
+    y, m = divmod(d.year * 12 + d.month - 1 - n, 12)
+    return d.replace(year=y, month=m + 1, day=min(d.day, calendar.monthrange(y, m + 1)[1]))
+
+def relative_day(ref: dt.date, # the day the statement was made (its session's date)
+                 text: str # the statement
+                ) -> dt.date:
+    "The day `text` refers to, relative to `ref`: today, (the day before) yesterday, N days/weeks/months/years ago, last <weekday>/week/month/year, a day and month without a year (the latest such day not after `ref`)."
+    t = text.lower()
+    if re.search(r'\bthe day before yesterday\b', t): return ref - dt.timedelta(days=2)
+    if re.search(r'\byesterday\b', t): return ref - dt.timedelta(days=1)
+    if (m := _AGO.search(t)):
+        n = int(m[1]) if m[1].isdigit() else _NUMBER_WORDS[m[1]]
+        unit = m[2]
+        if unit in ('day', 'week'): return ref - dt.timedelta(days=n * (7 if unit == 'week' else 1))
+        return _months_back(ref, n * (12 if unit == 'year' else 1))
+    if (m := _LAST.search(t)):
+        w = m[1]
+        if w in _WDAYS: return ref - dt.timedelta(days=(ref.weekday() - _WDAYS.index(w)) % 7 or 7)
+        return ref - dt.timedelta(days=7) if w == 'week' else _months_back(ref, 12 if w == 'year' else 1)
+    if (m := _DAY_MONTH.search(t)):
+        dd, mm = (int(m[1]), _MONTH[m[2]]) if m[1] else (int(m[4]), _MONTH[m[3]])
+        for y in (ref.year, ref.year - 1):
+            try: d = dt.date(y, mm, dd)
+            except ValueError: continue
+            if d <= ref: return d
+    return ref
 
 def day(date: Optional[str], text: str) -> Optional[dt.date]:
-    "The day a dated statement refers to: a date it names (any spelling), else today / yesterday relative to its session date."
+    "The day a dated statement refers to: a full date it names (any spelling), else `relative_day` from its session date."
     if (named := dates_in(text)[0]): return min(named)
     if not date: return None
     try: d = parse_date(date)                              # any known format (LongMemEval, LoCoMo, ISO 8601)
     except RecordError: d = dt.datetime.strptime(date[:10], '%Y/%m/%d')
-    if re.search(r'\byesterday\b', text, re.I): d -= dt.timedelta(days=1)
-    return d.date()
+    return relative_day(d.date(), text)
 
 def day_of(date: Optional[str], text: str) -> Optional[str]:
     "`day` as the reader writes it: YYYY/MM/DD."
@@ -129,18 +194,25 @@ def candidate(s: Sentence, # the sentence to extract from
              ) -> Optional[str]:
     "The answer a sentence gives to the question, by answer type."
     if qi.atype == 'date': return day_of(s.date, s.text)
-    qwords = set(qi.content) | set(terms(qi.keywords))
+    qwords = set(qi.content) | set(rterms(qi.keywords))
     if qi.atype == 'number':
         return next((n for n in _NUM.findall(s.text) if n not in qwords), None)
-    words = s.text.split()
     caps = [m.group(0) for m in _CAP.finditer(s.text) if m.start() > 0 and m.group(0) not in ('I', "I'm", "I've")]
-    caps = [c for c in caps if not set(terms(c)) <= qwords]
+    caps = [c for c in caps if not set(rterms(c)) <= qwords]
     if caps: return caps[-1]
-    toks = [w.strip('.,!?;:"\'') for w in words]
-    first = next((i for i, w in enumerate(toks) if set(terms(w)) & set(qi.content)), None)
-    if first is None: return None
-    rest = [w for w in toks[first + 1:] if w and w.lower() not in STOPWORDS and not set(terms(w)) & qwords]
-    return ' '.join(rest[:3]) or None
+    toks = [w.strip('.,!?;:"\'') for w in s.text.split()]
+    hit = [i for i, w in enumerate(toks) if set(rterms(w)) & set(qi.content)]
+    if not hit: return None
+    rest = [w for w in toks[hit[0] + 1:] if w and w.lower() not in STOPWORDS and rterms(w) and not set(rterms(w)) & qwords]
+    if not rest: rest = [w for w in toks[:hit[0]] if w and w.lower() not in STOPWORDS and rterms(w) and not set(rterms(w)) & qwords][-3:]
+    return ' '.join(rest[:3]) or None   # the content words after the first aligned word (else the last ones before it)
+
+_ITEM_SEP = re.compile(r'(?:,\s*(?:and\s+)?|\s+and\s+|\s+as well as\s+)(?:an?|the|another)\s', re.I)
+
+def n_items(s: Sentence) -> int:
+    "How many things a statement lists: 1, plus one per further article-led noun phrase joined by 'and' or a comma."
+    return 1 + len(_ITEM_SEP.findall(s.text))
+
 
 # %% ../nbs/04_reader.ipynb #d8e0fb00
 @dataclass
@@ -174,7 +246,9 @@ def believe(qi: QuestionInfo, # the question's reading
         scored = on_day or scored
     if not scored: return Belief(None, 0.0, list(qi.content))
     top = max(c for c, _ in scored)
-    near = [(c, s) for c, s in scored if c >= top - 0.05]
+    near = [(c, s) for c, s in scored if c >= top - (0.2 if qi.current else 0.05)]   # current state: the latest of the values
+    if tier.aggregate and qi.count and not any(candidate(s, qi) for _, s in near):   # how many, and no number stated: count what matches, across units
+        return count_belief(qi, scored, top, tier)
     if tier.prefer_latest: near.sort(key=lambda cs: (date_key(cs[1].date), cs[0], -cs[1].order), reverse=True)   # parsed dates
     else: near.sort(key=lambda cs: (cs[0], -cs[1].order), reverse=True)
     for c, s in near:
@@ -188,6 +262,19 @@ def believe(qi: QuestionInfo, # the question's reading
                               c, missing, True)
         return Belief(cand, c, missing)
     return Belief(None, 0.0, list(qi.content))
+def count_belief(qi: QuestionInfo, # a how-many question
+                 scored: list, # (coverage, sentence) of the read sentences that match it
+                 top: float, # the best coverage
+                 tier: Tier # capability settings
+                ) -> Belief:
+    "How many distinct things the matching statements mention, over every read unit and session (`n_items` each)."
+    seen, n = set(), 0
+    for c, s in scored:
+        key = ' '.join(s.text.lower().split())
+        if c < 0.7 * top or key in seen or (tier.first_person and not first_person(s)): continue
+        seen.add(key); n += n_items(s)
+    return Belief(str(n) if n else None, top if n else 0.0, [])
+
 
 # %% ../nbs/04_reader.ipynb #93392ec8
 def reformulate(question: str, qi: QuestionInfo, belief: Belief, n: int, tier: Tier) -> str:

@@ -11,11 +11,13 @@ from pydantic import Field
 from .core import Turn, Session, Query, Instance, UnitFloat
 
 # %% auto #0
-__all__ = ['PEOPLE', 'SLOTS', 'EVENTS', 'TOPICS', 'ASKS', 'REPLIES', 'CHATTER', 'DATE_FMT', 'QTYPES', 'QType', 'InstanceCount',
-           'QueryCount', 'SessionCount', 'PoolCount', 'SpanDays', 'Turns', 'TurnsSpec', 'TALLIES', 'NUMBER_WORDS',
-           'POOL_TOPICS', 'DETAILS', 'ASPECTS', 'FOLLOWUPS', 'EXTRAS', 'LADDER_QTYPES', 'LadderQType', 'Slot',
-           'filler_turns', 'fmt_date', 'date_answers', 'draw_turns', 'make_history', 'make_benchmark', 'Tally',
-           'chat_turns', 'distractor_sentence', 'make_pool', 'make_ladder_benchmark']
+__all__ = ['PEOPLE', 'SLOTS', 'EVENTS', 'POOLS_B', 'SLOTS_B', 'EVENTS_B', 'Phrasing', 'PHRASINGS', 'TOPICS', 'ASKS', 'REPLIES',
+           'CHATTER', 'DATE_FMT', 'QTYPES', 'QType', 'InstanceCount', 'QueryCount', 'SessionCount', 'PoolCount',
+           'SpanDays', 'Turns', 'TurnsSpec', 'TALLIES', 'NUMBER_WORDS', 'TALLY_POOLS_B', 'TALLIES_B',
+           'PHRASING_TALLIES', 'POOL_TOPICS', 'DETAILS', 'ASPECTS', 'FOLLOWUPS', 'EXTRAS', 'LADDER_QTYPES',
+           'LadderQType', 'Slot', 'relative_event', 'filler_turns', 'fmt_date', 'date_answers', 'draw_turns',
+           'make_history', 'make_benchmark', 'Tally', 'chat_turns', 'distractor_sentence', 'make_pool',
+           'make_ladder_benchmark']
 
 # %% ../nbs/01_synth.ipynb #1ad2fc3d
 @dataclass(frozen=True)
@@ -81,6 +83,98 @@ EVENTS = (  # temporal-reasoning: "Today I {e}." -> "When did I {q}?"
     ('finished assembling the bookshelf', 'finish assembling the bookshelf'),
     ('started a sourdough starter', 'start a sourdough starter'),
 )
+
+# %% ../nbs/01_synth.ipynb #a7ac9f81
+POOLS_B = dict(   # phrasing 'b' value pools: at least 10x a user's draws of one slot (two: a value and its update or false premise)
+    dog=('Rex', 'Biscuit', 'Pepper', 'Milo', 'Ziggy', 'Nacho', 'Waffles', 'Juniper', 'Otis', 'Luna', 'Bandit', 'Clover', 'Gus', 'Maple',
+         'Rocket', 'Tofu', 'Pickles', 'Scout', 'Hazel', 'Bruno'),
+    city=('Austin', 'Denver', 'Lisbon', 'Osaka', 'Nairobi', 'Tallinn', 'Porto', 'Valencia', 'Quito', 'Hobart', 'Ghent', 'Bergen', 'Leipzig',
+          'Cusco', 'Busan', 'Tucson', 'Halifax', 'Bruges', 'Seville', 'Dunedin'),
+    job=('nurse', 'pharmacist', 'architect', 'translator', 'data analyst', 'carpenter', 'librarian', 'surveyor', 'paramedic', 'florist',
+         'geologist', 'electrician', 'dietitian', 'actuary', 'locksmith', 'archivist', 'optician', 'plumber', 'curator', 'welder'),
+    car=('red', 'teal', 'silver', 'maroon', 'yellow', 'white', 'olive', 'navy', 'beige', 'orange', 'purple', 'bronze', 'turquoise',
+         'charcoal', 'ivory', 'mint', 'burgundy', 'gold', 'lilac', 'copper'),
+    sister=('Clara', 'Imogen', 'Priya', 'Sofia', 'Hannah', 'Leila', 'Marta', 'Yuki', 'Greta', 'Amara', 'Rosa', 'Nadia', 'Elsa', 'Ines',
+            'Tamsin', 'Lucia', 'Freya', 'Mira', 'Zara', 'Opal'),
+    instrument=('cello', 'banjo', 'ukulele', 'clarinet', 'harp', 'trombone', 'mandolin', 'oboe', 'violin', 'viola', 'bassoon', 'tuba',
+                'saxophone', 'accordion', 'harmonica', 'flute', 'sitar', 'piccolo', 'marimba', 'bagpipes'),
+    allergy=('peanuts', 'shellfish', 'pollen', 'penicillin', 'latex', 'sesame', 'kiwi', 'mustard', 'walnuts', 'soy', 'celery', 'lupin',
+             'mango', 'cinnamon', 'avocado', 'ragweed', 'wasps', 'nickel', 'oats', 'mold'),
+    gym=('Ironworks', 'Pulse', 'Summit', 'Forge', 'Anchor', 'Velocity', 'Harbor', 'Orbit', 'Kinetic', 'Bedrock', 'Ember', 'Apex',
+         'Granite', 'Lumen', 'Stride', 'Zenith', 'Catalyst', 'Torque', 'Redwood', 'Quarry'),
+    book=('Silent Harbor', 'Paper Moons', 'The Glass Orchard', 'Northern Lights', 'Salt and Ember', 'Quiet Rivers', 'The Copper Field',
+          'Winter Orchard', 'House of Tides', 'The Lantern Road', 'Violet Hours', 'The Far Meadow', 'Iron Lullaby', 'The Last Ferry',
+          'Small Hours', 'Cloud Atlas Street', 'The Salt Road', 'Bright Hollow', 'The Night Garden', 'Marble Sky'),
+    marathon=tuple(str(m) for m in range(96, 156, 3)),
+)
+SLOTS_B = (   # phrasing 'b': written apart from `SLOTS` (other verbs, word order, tense); the same names, larger pools
+    Slot('dog', "We brought home a rescue puppy a few weeks back and I call him {v}.", "What do I call the rescue puppy we brought home?",
+         POOLS_B['dog'], distract="{who} brought home a rescue puppy and calls it {v}.",
+         premise="Why do I call the rescue puppy we brought home {w}?", abstain="What do I call the kitten we brought home?"),
+    Slot('city', "These days I'm based in {v}, and the commute is fine.", "Which city am I based in?", POOLS_B['city'],
+         update="Quick update: the move went through, and I'm based in {v} from now on.", ask_update="Which city am I based in these days?",
+         distract="{who} is based in {v} and enjoys it.", premise="Why am I based in {w}?",
+         abstain="Which city is my grandfather based in?"),
+    Slot('job', "I've accepted an offer to work as a {v}.", "What work did I accept an offer for?", POOLS_B['job'],
+         update="Another career change for me: my work these days is as a {v}.", ask_update="What is my work these days?",
+         distract="{who} accepted an offer to work as a {v}.", abstain="What work did my husband accept an offer for?"),
+    Slot('car', "Last weekend I drove home a brand-new {v} car.", "What color is the car I drove home?", POOLS_B['car'],
+         distract="{who} drove home a {v} car.", abstain="What color is the van I drove home?"),
+    Slot('sister', "Next month my younger sister {v} flies in to stay with me.", "What is my younger sister's name?", POOLS_B['sister'],
+         distract="{who} has a younger sister called {v}.", premise="When does my younger sister {w} fly in to stay with me?",
+         abstain="What is my younger brother's name?"),
+    Slot('instrument', "On weekends I've been taking {v} lessons.", "Which instrument have I been taking lessons for?", POOLS_B['instrument'],
+         update="I quit those lessons, and these days I'm taking {v} lessons instead.",
+         ask_update="Which instrument am I taking lessons for these days?",
+         distract="{who} has been taking {v} lessons.", abstain="Which instrument has my nephew been taking lessons for?"),
+    Slot('allergy', "My doctor confirmed that I have an allergy to {v}.", "What do I have an allergy to?", POOLS_B['allergy'],
+         distract="{who} has an allergy to {v}.", abstain="What does my son have an allergy to?"),
+    Slot('gym', "I joined {v}, the gym around the corner from my office.", "Which gym did I join?", POOLS_B['gym'],
+         distract="{who} joined {v}, a gym downtown.", premise="Why did I join the {w} gym?",
+         abstain="Which climbing wall did I join?"),
+    Slot('book', "Last night I got to the final page of {v}, a novel I had been reading.", "Which novel did I get to the final page of?",
+         POOLS_B['book'], distract="{who} got to the final page of {v}.", abstain="Which audiobook did I get to the final chapter of?"),
+    Slot('marathon', "My time for the city half marathon was {v} minutes.", "How many minutes was my time for the city half marathon?",
+         POOLS_B['marathon'], distract="{who} ran the city half marathon in {v} minutes.",
+         abstain="How many minutes was my time for the lake swim?"),
+)
+EVENTS_B = (  # temporal-reasoning, phrasing 'b': the day is said relative to the session ("yesterday", "last Tuesday", "on 3 March")
+    ('took my first ceramics lesson', 'take my first ceramics lesson'),
+    ('picked up my renewed passport', 'pick up my renewed passport'),
+    ('put tomato seedlings in the garden beds', 'put tomato seedlings in the garden beds'),
+    ('had my teeth cleaned at the dentist', 'have my teeth cleaned at the dentist'),
+    ('spent a shift helping out at the animal shelter', 'spend a shift helping out at the animal shelter'),
+    ('placed an order for a work laptop', 'place an order for a work laptop'),
+    ('put the new bookshelf together', 'put the new bookshelf together'),
+    ('got a sourdough starter going', 'get a sourdough starter going'),
+)
+Phrasing = Literal['a', 'b']   # 'a': the original templates; 'b': the independently written second set
+_WEEKDAYS = ('Monday', 'Tuesday', 'Wednesday', 'Thursday', 'Friday', 'Saturday', 'Sunday')
+_NUM_WORDS = ('zero', 'one', 'two', 'three', 'four', 'five', 'six')
+
+def relative_event(rng: random.Random, # the generator's RNG
+                   said: str, # what the user did, past tense ("took my first ceramics lesson")
+                   when: dt.datetime # the date of the session the statement is made in
+                  ) -> tuple[str, dt.date]:
+    "Phrasing 'b' of a dated event: the sentence, with the day said relative to the session date, and that day."
+    form = rng.randrange(6)
+    if form == 0: return f'Yesterday I {said}.', (when - dt.timedelta(days=1)).date()
+    if form == 1: n = rng.randint(2, 6); return f'I {said} {_NUM_WORDS[n]} days ago.', (when - dt.timedelta(days=n)).date()
+    if form == 2:
+        wd = rng.randrange(7); back = (when.weekday() - wd) % 7 or 7
+        return f'Last {_WEEKDAYS[wd]} I {said}.', (when - dt.timedelta(days=back)).date()
+    if form == 3: return f'I {said} two weeks ago.', (when - dt.timedelta(days=14)).date()
+    if form == 4:
+        d = (when - dt.timedelta(days=rng.randint(2, 25))).date()
+        return f"On {d.day} {d.strftime('%B')} I {said}.", d
+    return f'This morning I {said}.', when.date()
+
+def _when_question(rng, ask):
+    "Phrasing 'b' of a when-question."
+    return rng.choice((f'On what date did I {ask}?', f'What was the date when I {ask}?'))
+
+PHRASINGS = {'a': (SLOTS, EVENTS), 'b': (SLOTS_B, EVENTS_B)}   # (fact slots, dated events) per phrasing
+
 
 # %% ../nbs/01_synth.ipynb #5a0d7e9d
 TOPICS = ('meal prep', 'trip planning', 'a python script', 'budgeting', 'houseplants', 'a cover letter',
@@ -149,12 +243,14 @@ def make_history(n_queries: QueryCount=20, # questions to ask (types cycle throu
                  qtypes: tuple[QType, ...]=QTYPES, # question types to cycle through
                  distractor_rate: UnitFloat=0.5, # fraction of filler sessions carrying a near-miss statement
                  start: str='2023/01/02 (Mon) 09:00', # date of the first session
-                 instance_id: str='synthetic-0' # id of the returned instance
+                 instance_id: str='synthetic-0', # id of the returned instance
+                 phrasing: Phrasing='a' # template set of statements and questions ('b': written independently of 'a')
                 ) -> Instance:
     "A seeded LongMemEval-like history (one user) with typed questions over it."
     rng = random.Random(seed)
-    slots = list(SLOTS); rng.shuffle(slots)
-    events = list(EVENTS); rng.shuffle(events)
+    SLOTS_, EVENTS_ = PHRASINGS[phrasing]
+    slots = list(SLOTS_); rng.shuffle(slots)
+    events = list(EVENTS_); rng.shuffle(events)
     kinds = [qtypes[i % len(qtypes)] for i in range(n_queries)]
     plan, used = [None] * n_queries, set()   # plan: (qtype, slot or event); each fact kind is stated at most once
     if kinds.count('temporal-reasoning') > len(events):
@@ -184,8 +280,9 @@ def make_history(n_queries: QueryCount=20, # questions to ask (types cycle throu
         if qt == 'temporal-reasoning':
             e_say, e_ask = obj
             p = next(slots_pos)
-            content[p] = (_embed(rng, f"Today I {e_say}.", draw_turns(rng, session_turns)), qid)
-            facts.append((qid, qt, obj, [p], None))
+            text, when = (f"Today I {e_say}.", dates[p].date()) if phrasing == 'a' else relative_event(rng, e_say, dates[p])
+            content[p] = (_embed(rng, text, draw_turns(rng, session_turns)), qid)
+            facts.append((qid, qt, obj, [p], when))
             continue
         vals = list(obj.pool); rng.shuffle(vals)
         if qt == 'knowledge-update':
@@ -200,7 +297,7 @@ def make_history(n_queries: QueryCount=20, # questions to ask (types cycle throu
             content[p] = (_embed(rng, obj.say.format(v=vals[0]), draw_turns(rng, session_turns)), qid)
             facts.append((qid, qt, obj, [p], (vals[0], vals[1])))
     # filler, some with near-miss distractors about other people
-    dslots = [s for s in SLOTS if s.distract]
+    dslots = [s for s in SLOTS_ if s.distract]
     for p in range(n_total):
         if content[p] is not None: continue
         if rng.random() < distractor_rate:
@@ -218,7 +315,8 @@ def make_history(n_queries: QueryCount=20, # questions to ask (types cycle throu
     for qid, qt, obj, pos, vals in facts:
         ev = [ids[p] for p in pos]
         if qt == 'temporal-reasoning':
-            q = Query(id=qid, question=f'When did I {obj[1]}?', answers=date_answers(dates[pos[0]]), evidence=ev,
+            ask = f'When did I {obj[1]}?' if phrasing == 'a' else _when_question(rng, obj[1])
+            q = Query(id=qid, question=ask, answers=date_answers(vals), evidence=ev,
                       date=qdate, qtype=qt)
         elif qt == 'knowledge-update':
             q = Query(id=qid, question=obj.ask_update, answers=[vals[1]], evidence=ev, date=qdate, qtype=qt,
@@ -234,7 +332,7 @@ def make_history(n_queries: QueryCount=20, # questions to ask (types cycle throu
         queries.append(q)
     return Instance(id=instance_id, sessions=sessions, queries=queries,
                     meta={'generator': 'memlab.synth.make_history', 'seed': seed, 'n_filler': n_filler,
-                          'session_turns': session_turns})
+                          'session_turns': session_turns, **({'phrasing': phrasing} if phrasing != 'a' else {})})
 
 # %% ../nbs/01_synth.ipynb #f20ad55e
 def make_benchmark(n_instances: InstanceCount=10, # histories (users); each gets its own facts and filler
@@ -244,11 +342,13 @@ def make_benchmark(n_instances: InstanceCount=10, # histories (users); each gets
                    session_turns: TurnsSpec=6, # turns per session, or an inclusive (low, high) range (`make_history`)
                    qtypes: tuple[QType, ...]=QTYPES, # question types to cycle through (`make_history`)
                    distractor_rate: UnitFloat=0.5, # filler sessions carrying a near-miss statement (`make_history`)
-                   start: str='2023/01/02 (Mon) 09:00' # date of each history's first session (`make_history`)
+                   start: str='2023/01/02 (Mon) 09:00', # date of each history's first session (`make_history`)
+                   phrasing: Phrasing='a' # template set of statements and questions (`make_history`)
                   ) -> list[Instance]:
     "Several independent synthetic users: the task-level unit for bootstrap CIs."
     return [make_history(queries_per_instance, n_filler, seed=seed * 100003 + i, session_turns=session_turns, qtypes=qtypes,
-                         distractor_rate=distractor_rate, start=start, instance_id=f'synthetic-{seed}-{i}')
+                         distractor_rate=distractor_rate, start=start, instance_id=f'synthetic-{seed}-{i}',
+                         phrasing=phrasing)
             for i in range(n_instances)]
 
 # %% ../nbs/01_synth.ipynb #df8de31c
@@ -260,6 +360,8 @@ class Tally:
     ask: str       # how-many question
     pool: tuple    # candidate items (distinct within one question)
     distract: str  # third-person near miss, {who} a person, {v} an item
+    forms: tuple = ()  # further ways to state one item (phrasing 'b' draws among `say` and these per session)
+    pair: str = ''     # one statement of two items, {v} and {w} (phrasing 'b': a count stated in another form)
 
 TALLIES = (
     Tally('apartment', "I picked up a {v} for my new apartment.", "How many items did I pick up for my new apartment?",
@@ -276,6 +378,41 @@ TALLIES = (
           "{who} saw {v} play live and loved it."),
 )
 NUMBER_WORDS = ('zero', 'one', 'two', 'three', 'four', 'five', 'six')
+
+# %% ../nbs/01_synth.ipynb #353c5339
+_ADJ = ('oak', 'walnut', 'brass', 'linen', 'velvet', 'rattan', 'glass', 'bamboo')
+TALLY_POOLS_B = dict(   # at least 10x the items one question draws (up to four)
+    apartment=tuple(f'{a} {n}' for n in ('floor lamp', 'side table', 'bookshelf', 'desk chair', 'wall mirror', 'plant stand') for a in _ADJ),
+    hike=tuple(f'{a} {b}' for b in ('Ridge', 'Canyon', 'Lake', 'Falls', 'Peak') for a in ('Eagle', 'Fern', 'Mirror', 'Cedar', 'Bald', 'Lookout', 'Granite', 'Aspen')),
+    **{'class': ('watercolor', 'salsa', 'first aid', 'woodworking', 'calligraphy', 'improv', 'pottery', 'knitting', 'photography', 'bread baking',
+                 'sushi making', 'beekeeping', 'bookbinding', 'candle making', 'screen printing', 'stand-up comedy', 'jewelry making', 'origami',
+                 'welding', 'leathercraft', 'embroidery', 'tango', 'swing dance', 'public speaking', 'chess', 'sketching', 'oil painting',
+                 'glassblowing', 'mosaic', 'flower arranging', 'cheese making', 'coding', 'robotics', 'astronomy', 'birdwatching', 'composting',
+                 'soap making', 'quilting', 'wine tasting', 'archery')},
+    concert=('The Lumineers', 'Arcade Fire', 'Khruangbin', 'Phoenix', 'Beach House', 'Alvvays', 'Fleet Foxes', 'Bon Iver', 'Vampire Weekend',
+             'The National', 'Big Thief', 'Wilco', 'Spoon', 'Feist', 'Haim', 'Tame Impala', 'Local Natives', 'Grizzly Bear', 'Mitski', 'Interpol',
+             'Yo La Tengo', 'Broken Social Scene', 'Real Estate', 'Japanese Breakfast', 'Parquet Courts', 'Snail Mail', 'Soccer Mommy', 'The Strokes',
+             'Metric', 'Portishead', 'Massive Attack', 'Bonobo', 'Caribou', 'Four Tet', 'Jungle', 'Glass Animals', 'The Shins', 'Bright Eyes',
+             'Camera Obscura', 'Belle Mare'),
+)
+TALLIES_B = (   # phrasing 'b': several forms per item, one form with two items in one sentence; larger pools
+    Tally('apartment', "I grabbed a {v} for the new apartment.", "How many things did I get for the new apartment?", TALLY_POOLS_B['apartment'],
+          "{who} grabbed a {v} for their new apartment.",
+          forms=("For the new apartment I ordered a {v} online.", "At a flea market I found a {v} for the new apartment."),
+          pair="I got a {v} and a {w} for the new apartment in one trip."),
+    Tally('hike', "I hiked to {v} with my camera.", "How many places have I hiked to?", TALLY_POOLS_B['hike'],
+          "{who} hiked to {v} last week.",
+          forms=("With my camera in my bag I hiked to {v}.", "I spent the day and hiked to {v}, which was beautiful.")),
+    Tally('class', "I attended a {v} workshop at the community center.", "How many workshops did I attend at the community center?",
+          TALLY_POOLS_B['class'], "{who} attended a {v} workshop at the community center.",
+          forms=("At the community center I attended a {v} workshop this week.", "This evening I attended a {v} workshop at the community center."),
+          pair="I attended a {v} workshop and a {w} workshop at the community center."),
+    Tally('concert', "I caught {v} live at the arena.", "How many bands did I catch live at the arena?", TALLY_POOLS_B['concert'],
+          "{who} caught {v} live at the arena.",
+          forms=("At the arena tonight I caught {v} live.", "I finally caught {v} live at the arena.")),
+)
+PHRASING_TALLIES = {'a': TALLIES, 'b': TALLIES_B}
+
 
 # %% ../nbs/01_synth.ipynb #e5819952
 POOL_TOPICS = TOPICS + ('a job interview', 'a road trip playlist', 'a vegetarian recipe', 'a resume update',
@@ -304,13 +441,15 @@ def chat_turns(rng: random.Random, # the generator's RNG
         out.append(Turn(role='user' if i % 2 == 0 else 'assistant', content=text))
     return out
 
-def distractor_sentence(rng: random.Random) -> str:
+def distractor_sentence(rng: random.Random, # the generator's RNG
+                        phrasing: Phrasing='a' # template set (`PHRASINGS`)
+                       ) -> str:
     "A third-person near miss: someone else's fact, in the words a question would use."
     who = rng.choice(PEOPLE).capitalize()
     if rng.random() < 0.7:
-        s = rng.choice([s for s in SLOTS if s.distract])
+        s = rng.choice([s for s in PHRASINGS[phrasing][0] if s.distract])
         return s.distract.format(who=who, v=rng.choice(s.pool))
-    t = rng.choice(TALLIES)
+    t = rng.choice(PHRASING_TALLIES[phrasing])
     return t.distract.format(who=who, v=rng.choice(t.pool))
 
 # %% ../nbs/01_synth.ipynb #3d65aee8
@@ -320,7 +459,8 @@ def make_pool(n_sessions: PoolCount=1000, # sessions in the pool
               distractor_rate: UnitFloat=0.3, # fraction of sessions carrying a near-miss about someone else
               start: str='2023/01/02 (Mon) 09:00', # earliest possible date
               span_days: SpanDays=365, # dates are uniform over this many days from `start`
-              id_prefix: str='pool' # session ids are f'{id_prefix}_{seed}_{i:06d}'
+              id_prefix: str='pool', # session ids are f'{id_prefix}_{seed}_{i:06d}'
+              phrasing: Phrasing='a' # template set of the near misses (`PHRASINGS`)
              ) -> list[Session]:
     "A seeded, dated pool of irrelevant sessions (chit-chat and third-person near misses), in chronological order."
     if min(session_turns if isinstance(session_turns, (tuple, list)) else [session_turns]) < 1:
@@ -333,7 +473,7 @@ def make_pool(n_sessions: PoolCount=1000, # sessions in the pool
         turns = chat_turns(rng, draw_turns(rng, session_turns)); kind = 'chat'
         if rng.random() < distractor_rate:
             j = rng.choice([k for k, t in enumerate(turns) if t.role == 'user'])
-            turns[j] = Turn(role='user', content=f'{turns[j].content} {distractor_sentence(rng)}'); kind = 'distractor'
+            turns[j] = Turn(role='user', content=f'{turns[j].content} {distractor_sentence(rng, phrasing)}'); kind = 'distractor'
         out.append(Session(id=f'{id_prefix}_{seed}_{i:06d}', date=fmt_date(t0 + dt.timedelta(minutes=m)), turns=turns,
                            meta={'kind': kind}))
     return out
@@ -342,24 +482,33 @@ def make_pool(n_sessions: PoolCount=1000, # sessions in the pool
 LADDER_QTYPES = ('single-session-user', 'knowledge-update', 'temporal-reasoning', 'multi-session', 'abstention')
 LadderQType = Literal[LADDER_QTYPES]
 
-def _ladder_item(rng, qt):
+def _ladder_item(rng, qt, phrasing='a'):
     "Evidence statements and query fields of one question of type `qt` (dates filled in later)."
+    SLOTS_, EVENTS_ = PHRASINGS[phrasing]
     if qt == 'single-session-user':
-        s = rng.choice(SLOTS); v = rng.choice(s.pool)
+        s = rng.choice(SLOTS_); v = rng.choice(s.pool)
         return [s.say.format(v=v)], dict(question=s.ask, answers=[v], qtype=qt)
     if qt == 'knowledge-update':
-        s = rng.choice([s for s in SLOTS if s.update]); a, b = rng.sample(s.pool, 2)
+        s = rng.choice([s for s in SLOTS_ if s.update]); a, b = rng.sample(s.pool, 2)
         return [s.say.format(v=a), s.update.format(v=b)], dict(question=s.ask_update, answers=[b], qtype=qt,
                                                                meta={'previous_answer': a})
     if qt == 'temporal-reasoning':
-        e_say, e_ask = rng.choice(EVENTS)
-        return [f'Today I {e_say}.'], dict(question=f'When did I {e_ask}?', qtype=qt)
+        e_say, e_ask = rng.choice(EVENTS_)
+        if phrasing == 'a': return [f'Today I {e_say}.'], dict(question=f'When did I {e_ask}?', qtype=qt)
+        return [e_say], dict(question=_when_question(rng, e_ask), qtype=qt)       # the sentence is made once its date is known
     if qt == 'multi-session':
-        t = rng.choice(TALLIES); k = rng.randint(2, 3); items = rng.sample(t.pool, k)
-        return [t.say.format(v=x) for x in items], dict(question=t.ask, answers=[str(k), NUMBER_WORDS[k]], qtype=qt,
-                                                         meta={'items': items})
+        t = rng.choice(PHRASING_TALLIES[phrasing])
+        if phrasing == 'a':
+            k = rng.randint(2, 3); items = rng.sample(t.pool, k)
+            return [t.say.format(v=x) for x in items], dict(question=t.ask, answers=[str(k), NUMBER_WORDS[k]], qtype=qt,
+                                                             meta={'items': items})
+        k = rng.randint(2, 4); items = rng.sample(t.pool, k); forms = (t.say, *t.forms)
+        paired = bool(t.pair) and k >= 3 and rng.random() < 0.5                      # two items stated in one sentence
+        texts = ([t.pair.format(v=items[0], w=items[1])] if paired else []) + [rng.choice(forms).format(v=x) for x in items[2 * paired:]]
+        rng.shuffle(texts)
+        return texts, dict(question=t.ask, answers=[str(k), NUMBER_WORDS[k]], qtype=qt, meta={'items': items})
     if qt == 'abstention':
-        s = rng.choice([s for s in SLOTS if s.abstain]); v = rng.choice(s.pool)
+        s = rng.choice([s for s in SLOTS_ if s.abstain]); v = rng.choice(s.pool)
         return [s.say.format(v=v)], dict(question=s.abstain, answers=['The user never mentioned this.'],
                                          qtype='single-session-user', abstention=True, meta={'near_miss': v})
     raise ValueError(f'unknown question type {qt!r}; known: {LADDER_QTYPES}')
@@ -372,7 +521,8 @@ def make_ladder_benchmark(n_queries: InstanceCount=50, # queries, one instance e
                           qtypes: tuple[LadderQType, ...]=LADDER_QTYPES, # question types to cycle through
                           distractor_rate: UnitFloat=0.3, # pool sessions carrying a third-person near miss
                           start: str='2023/01/02 (Mon) 09:00', # start of the history span
-                          span_days: SpanDays=365 # evidence and pool sessions are dated within this span
+                          span_days: SpanDays=365, # evidence and pool sessions are dated within this span
+                          phrasing: Phrasing='a' # template set of statements and questions (`PHRASINGS`)
                          ) -> tuple[list[Instance], list[Session]]:
     "One-query instances holding only their evidence sessions, and a pool of irrelevant sessions for the ladder."
     rng = random.Random(f'memlab-ladder-{seed}')
@@ -380,18 +530,19 @@ def make_ladder_benchmark(n_queries: InstanceCount=50, # queries, one instance e
     instances = []
     for i in range(n_queries):
         qt = qtypes[i % len(qtypes)]
-        texts, q = _ladder_item(rng, qt)
+        texts, q = _ladder_item(rng, qt, phrasing)
         dates = sorted(t0 + dt.timedelta(minutes=rng.randrange(span_days * 24 * 60)) for _ in texts)
         iid = f'ladder-{seed}-{i:04d}'
+        if qt == 'temporal-reasoning' and phrasing != 'a': (texts[0], day), = [relative_event(rng, texts[0], dates[0])]
         sessions = [Session(id=f'answer_{seed}_{i:04d}_{j}', date=fmt_date(d), turns=_embed(rng, x, draw_turns(rng, session_turns)))
                     for j, (x, d) in enumerate(zip(texts, dates))]
-        if qt == 'temporal-reasoning': q['answers'] = date_answers(dates[0])
+        if qt == 'temporal-reasoning': q['answers'] = date_answers(dates[0] if phrasing == 'a' else day)
         qdate = end + dt.timedelta(days=rng.randint(1, 14), minutes=rng.randint(0, 600))
         query = Query(id=iid + ('_abs' if qt == 'abstention' else ''), evidence=[s.id for s in sessions],
                       date=fmt_date(qdate), **q)
         instances.append(Instance(id=iid, sessions=sessions, queries=[query],
                                   meta={'generator': 'memlab.synth.make_ladder_benchmark', 'seed': seed,
-                                        'session_turns': session_turns}))
+                                        'session_turns': session_turns, **({'phrasing': phrasing} if phrasing != 'a' else {})}))
     pool = make_pool(pool_size, seed=seed, session_turns=session_turns if pool_turns is None else pool_turns,
-                     distractor_rate=distractor_rate, start=start, span_days=span_days)
+                     distractor_rate=distractor_rate, start=start, span_days=span_days, phrasing=phrasing)
     return instances, pool

@@ -206,3 +206,20 @@ def test_exclusion_by_id_and_content_without_labels(bseed, ladder, seed, data):
     ql = build_query_ladder(inst, pool, ladder, seed)
     for s in ql.irrelevant: assert s.id not in q.evidence and fingerprint(s) not in ev_fps
     check_ladder(inst, pool, ladder, seed, relevant=None)
+
+
+@pytest.mark.parametrize('phrasing', ['a', 'b'])
+def test_no_two_facts_of_one_user_share_a_value(phrasing):
+    "Within one synthetic user (one history), the values of different facts (stated, updated, presupposed) never coincide."
+    from memlab.synth import make_benchmark
+    for inst in make_benchmark(8, 10, n_filler=2, seed=3, phrasing=phrasing):
+        vals = [v for q in inst.queries if not q.abstention and q.qtype != 'temporal-reasoning'
+                for v in (q.answers[0], q.meta.get('previous_answer'), q.meta.get('premise_value')) if v]
+        assert len(vals) == len(set(vals)), (inst.id, vals)
+
+
+def test_phrasing_b_pools_are_ten_times_the_draws():
+    "Phrasing 'b' pools hold at least 10x what one user (one history, or one ladder query) draws from them."
+    from memlab.synth import SLOTS_B, TALLIES_B
+    assert all(len(set(s.pool)) >= 10 * 2 for s in SLOTS_B)      # a value and its update (or a false premise)
+    assert all(len(set(t.pool)) >= 10 * 4 for t in TALLIES_B)    # up to four items per count question
