@@ -11,9 +11,10 @@ import numpy as np
 import pandas as pd
 
 # %% auto #0
-__all__ = ['MAX_ELEMS', 'task_index', 'resample_counts', 'CI', 'bootstrap_ci', 'bootstrap_quantile', 'paired_bootstrap_diff',
-           'bootstrap_table', 'McNemar', 'mcnemar_exact', 'holm', 'mcnemar_table', 'cohens_kappa', 'kappa_ci',
-           'spearman', 'spearman_ci', 'simulate_rollouts', 'coverage_simulation']
+__all__ = ['MAX_ELEMS', 'MIN_N_CI', 'MIN_PAIRS_MCNEMAR', 'task_index', 'resample_counts', 'too_few', 'CI', 'bootstrap_ci',
+           'bootstrap_quantile', 'paired_bootstrap_diff', 'bootstrap_table', 'McNemar', 'mcnemar_exact', 'holm',
+           'mcnemar_table', 'cohens_kappa', 'kappa_ci', 'spearman', 'spearman_ci', 'simulate_rollouts',
+           'coverage_simulation']
 
 # %% ../nbs/06_stats.ipynb #3e894347
 def _as_1d(labels) -> np.ndarray:
@@ -82,6 +83,22 @@ def resample_counts(task_strata, # number of tasks, or each task's stratum code 
     ts = np.zeros(task_strata, dtype=np.int64) if np.isscalar(task_strata) else np.asarray(task_strata)
     return np.vstack([_counts(idx, len(ts)) for idx in _index_chunks(ts, n_resamples, seed)])
 
+# %% ../nbs/06_stats.ipynb #e57df06a
+MIN_N_CI = 10           # fewest resampled units (tasks, questions, users) for a bootstrap CI; fewer: NaN interval and a note
+MIN_PAIRS_MCNEMAR = 10  # fewest paired items for an exact McNemar p-value; fewer: NaN p-value and a note
+
+def _min_n(min_n: Optional[int], default: int) -> int:
+    "`min_n`, or the module default when None; a negative minimum is an error."
+    m = default if min_n is None else int(min_n)
+    if m < 0: raise ValueError(f'min_n must be >= 0, got {min_n}')
+    return m
+
+def too_few(n: int, # items (resampled units, or paired items)
+            min_n: int # the minimum
+           ) -> str:
+    "'' when n reaches `min_n`, else the note a table shows instead of a CI or p-value: 'too few (n=3 < 10)'."
+    return '' if n >= min_n else f'too few (n={n} < {min_n})'
+
 # %% ../nbs/06_stats.ipynb #c3e7993a
 @dataclass
 class CI:
@@ -94,12 +111,13 @@ class CI:
     level: float = 0.95
     n_resamples: int = 0
     boot: Optional[np.ndarray] = field(default=None, repr=False, compare=False)  # resampled estimates
+    note: str = ''        # 'too few (n=3 < 10)' when the interval was refused (lo, hi NaN)
 
     @property
     def mean(self) -> float: return self.estimate
     def __iter__(self): return iter((self.estimate, self.lo, self.hi))
     def as_dict(self) -> dict:
-        return dict(estimate=self.estimate, lo=self.lo, hi=self.hi, n=self.n, n_tasks=self.n_tasks)
+        return dict(estimate=self.estimate, lo=self.lo, hi=self.hi, n=self.n, n_tasks=self.n_tasks, note=self.note)
 
 def _as_values(values, name: str='values') -> np.ndarray:
     "A non-empty 1-D float array without NaN."
@@ -112,6 +130,11 @@ def _as_values(values, name: str='values') -> np.ndarray:
 def _check_boot_args(n_resamples, ci):
     if int(n_resamples) < 1: raise ValueError(f'n_resamples must be >= 1, got {n_resamples}')
     if not 0 < ci < 1: raise ValueError(f'ci must be in (0, 1), got {ci}')
+
+def _refused(est: float, n: int, T: int, ci: float, min_n: Optional[int]) -> Optional[CI]:
+    "The CI without an interval (lo, hi NaN, a note) when the T resampled units are fewer than the minimum, else None."
+    note = too_few(T, _min_n(min_n, MIN_N_CI))
+    return CI(float(est), np.nan, np.nan, n, T, ci, 0, None, note) if note else None
 
 def _percentile(boot: np.ndarray, ci: float) -> tuple[float, float]:
     "Percentile interval of resampled estimates (linear interpolation, NaN resamples ignored)."
@@ -126,12 +149,14 @@ def bootstrap_ci(values, # per-rollout scores (0/1 or float)
                  ci: float=0.95, # confidence level
                  seed: int=0, # RNG seed; the same seed and task count draw the same resamples
                  strata=None, # per-rollout stratum label, constant within a task: resample within strata
-                 keep_boot: bool=False # keep the resampled estimates in `.boot`
+                 keep_boot: bool=False, # keep the resampled estimates in `.boot`
+                 min_n: Optional[int]=None # fewest tasks for an interval; None: MIN_N_CI
                 ) -> CI:
     "Mean over rollouts with a percentile CI from resampling tasks (clusters) with replacement."
     _check_boot_args(n_resamples, ci)
     v = _as_values(values)
     codes, T, ts = task_index(groups, len(v), strata)
+    if (r := _refused(v.mean(), len(v), T, ci, min_n)) is not None: return r
     s, n = np.bincount(codes, weights=v, minlength=T), np.bincount(codes, minlength=T).astype(float)
     boot = np.concatenate([s[idx].sum(1) / n[idx].sum(1) for idx in _index_chunks(ts, n_resamples, seed)])
     lo, hi = _percentile(boot, ci)
@@ -143,7 +168,8 @@ def bootstrap_quantile(values, # per-rollout values, e.g. retrieval calls R(τ)
                        q: float=0.9, # the quantile level (0.9: P90R)
                        n_resamples: int=1000, # bootstrap resamples
                        ci: float=0.95, # confidence level
-                       seed: int=0 # RNG seed
+                       seed: int=0, # RNG seed
+                       min_n: Optional[int]=None # fewest tasks for an interval; None: MIN_N_CI
                       ) -> CI:
     "Lower empirical q-quantile (smallest r with F(r) >= q) with a percentile CI from resampling tasks."
     _check_boot_args(n_resamples, ci)
@@ -152,6 +178,7 @@ def bootstrap_quantile(values, # per-rollout values, e.g. retrieval calls R(τ)
     u, inv = np.unique(v, return_inverse=True)
     H = np.zeros((T, len(u))); np.add.at(H, (codes, inv), 1)            # per task: how many rollouts took each value
     first = lambda c: u[np.argmax(np.cumsum(c, -1) >= q * c.sum(-1, keepdims=True) - 1e-9, axis=-1)]
+    if (r := _refused(first(H.sum(0)), len(v), T, ci, min_n)) is not None: return r
     boot = np.concatenate([first(_counts(idx, T) @ H) for idx in _index_chunks(ts, n_resamples, seed)])
     lo, hi = _percentile(boot, ci)
     return CI(float(first(H.sum(0))), lo, hi, len(v), T, ci, int(n_resamples), None)
@@ -164,12 +191,13 @@ def paired_bootstrap_diff(a, # per-rollout scores of system A
                           ci: float=0.95, # confidence level
                           seed: int=0, # RNG seed
                           strata=None, # per-pair stratum label, constant within a task
-                          keep_boot: bool=False # keep the resampled differences in `.boot`
+                          keep_boot: bool=False, # keep the resampled differences in `.boot`
+                          min_n: Optional[int]=None # fewest tasks (paired) for an interval; None: MIN_N_CI
                          ) -> CI:
     "mean(a) − mean(b) with a percentile CI from resampling tasks jointly for both systems."
     va, vb = _as_values(a, 'a'), _as_values(b, 'b')
     if len(va) != len(vb): raise ValueError(f'a and b must be aligned: {len(va)} vs {len(vb)} values')
-    return bootstrap_ci(va - vb, groups, n_resamples, ci, seed, strata, keep_boot)
+    return bootstrap_ci(va - vb, groups, n_resamples, ci, seed, strata, keep_boot, min_n)
 
 # %% ../nbs/06_stats.ipynb #131b2c7c
 def bootstrap_table(df: pd.DataFrame, # one row per rollout
@@ -179,9 +207,10 @@ def bootstrap_table(df: pd.DataFrame, # one row per rollout
                     n_resamples: int=1000, # bootstrap resamples per cell
                     ci: float=0.95, # confidence level
                     seed: int=0, # RNG seed (the same for every cell)
-                    strata: Optional[str]=None # stratum column (constant within a task)
+                    strata: Optional[str]=None, # stratum column (constant within a task)
+                    min_n: Optional[int]=None # fewest tasks for a cell's interval; None: MIN_N_CI
                    ) -> pd.DataFrame:
-    "Mean, task-level bootstrap CI, n (rollouts) and n_tasks for each cell of `by`."
+    "Mean, task-level bootstrap CI, n (rollouts), n_tasks and a note ('too few ...' where the CI is refused) per cell of `by`."
     by = [] if by is None else [by] if isinstance(by, str) else list(by)
     missing = [c for c in [value, *by, group, strata] if c is not None and c not in df.columns]
     if missing: raise KeyError(f'bootstrap_table: columns not in the frame: {missing}')
@@ -189,9 +218,9 @@ def bootstrap_table(df: pd.DataFrame, # one row per rollout
     rows = []
     for key, sub in cells:
         r = bootstrap_ci(sub[value].to_numpy(), None if group is None else sub[group].to_numpy(), n_resamples, ci, seed,
-                         None if strata is None else sub[strata].to_numpy())
-        rows.append((*key, r.estimate, r.lo, r.hi, r.n, r.n_tasks))
-    return pd.DataFrame(rows, columns=[*by, 'mean', 'lo', 'hi', 'n', 'n_tasks'])
+                         None if strata is None else sub[strata].to_numpy(), min_n=min_n)
+        rows.append((*key, r.estimate, r.lo, r.hi, r.n, r.n_tasks, r.note))
+    return pd.DataFrame(rows, columns=[*by, 'mean', 'lo', 'hi', 'n', 'n_tasks', 'note'])
 
 # %% ../nbs/06_stats.ipynb #a7948b67
 def _as_binary(x, name: str) -> np.ndarray:
@@ -212,6 +241,7 @@ class McNemar:
     n00: int
     statistic: float
     pvalue: float
+    note: str = ''   # 'too few (n=3 < 10)' when the test was refused (pvalue NaN)
 
     @property
     def n(self) -> int: return self.n11 + self.b + self.c + self.n00
@@ -221,14 +251,16 @@ class McNemar:
         return np.array([[self.n11, self.b], [self.c, self.n00]])
 
 def mcnemar_exact(a, # binary outcomes of system A (0/1 or bool)
-                  b # binary outcomes of system B, aligned with `a`
+                  b, # binary outcomes of system B, aligned with `a`
+                  min_n: Optional[int]=None # fewest paired items for a p-value; None: MIN_PAIRS_MCNEMAR
                  ) -> McNemar:
-    "Two-sided exact McNemar test on the discordant pairs of two aligned binary vectors."
+    "Two-sided exact McNemar test on the discordant pairs of two aligned binary vectors (p NaN below `min_n` pairs)."
     va, vb = _as_binary(a, 'a'), _as_binary(b, 'b')
     if len(va) != len(vb): raise ValueError(f'a and b must be aligned: {len(va)} vs {len(vb)} values')
     n10, n01 = int(((va == 1) & (vb == 0)).sum()), int(((va == 0) & (vb == 1)).sum())
     n11, n00 = int(((va == 1) & (vb == 1)).sum()), int(((va == 0) & (vb == 0)).sum())
     k = min(n10, n01)
+    if note := too_few(len(va), _min_n(min_n, MIN_PAIRS_MCNEMAR)): return McNemar(n11, n10, n01, n00, float(k), np.nan, note)
     from scipy.stats import binom               # imported on first use (scipy.stats takes about 1 s)
     p = 1.0 if n10 + n01 == 0 else min(1.0, 2 * float(binom.cdf(k, n10 + n01, 0.5)))
     return McNemar(n11, n10, n01, n00, float(k), p)
@@ -237,14 +269,15 @@ def mcnemar_exact(a, # binary outcomes of system A (0/1 or bool)
 def holm(pvalues, # raw p-values
          alpha: float=0.05 # family-wise error rate
         ) -> tuple[np.ndarray, np.ndarray]:
-    "Holm step-down adjusted p-values (original order, monotone, capped at 1) and the reject flags at `alpha`."
+    "Holm step-down adjusted p-values (original order, monotone, capped at 1) and reject flags; NaN (a test not performed) stays NaN, not counted."
     p = np.asarray(pvalues, dtype=float).ravel()
-    if np.isnan(p).any() or ((p < 0) | (p > 1)).any(): raise ValueError(f'p-values must be in [0, 1]; got {p.tolist()[:10]}')
-    m = p.size
-    order = np.argsort(p, kind='stable')
-    adj = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
-    out = np.empty(m); out[order] = adj
-    return out, out <= alpha
+    done = ~np.isnan(p)
+    if ((p[done] < 0) | (p[done] > 1)).any(): raise ValueError(f'p-values must be in [0, 1]; got {p.tolist()[:10]}')
+    q = p[done]; m = q.size
+    order = np.argsort(q, kind='stable')
+    adj = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * q[order]))
+    out = np.full(p.size, np.nan); sub = np.empty(m); sub[order] = adj; out[done] = sub
+    return out, done & (out <= alpha)
 
 # %% ../nbs/06_stats.ipynb #3ba12b64
 def _align(A: pd.DataFrame, B: pd.DataFrame, keys: list, value: str, na: str, nb: str, where: str, unpaired: str='raise') -> pd.DataFrame:
@@ -270,9 +303,10 @@ def mcnemar_table(df: pd.DataFrame, # one row per (system, key) with a binary ou
                   pairs: Optional[Sequence[tuple]]=None, # (system_a, system_b) pairs; None: all pairs of sorted systems
                   by=None, # column(s): test each pair within each cell; Holm spans the whole table
                   alpha: float=0.05, # family-wise error rate for Holm
-                  unpaired: Literal['raise', 'drop']='raise' # a key only one system has (its other rollout errored): an error, or left out and counted
+                  unpaired: Literal['raise', 'drop']='raise', # a key only one system has (its other rollout errored): an error, or left out and counted
+                  min_n: Optional[int]=None # fewest paired items for a test; None: MIN_PAIRS_MCNEMAR
                  ) -> pd.DataFrame:
-    "Exact McNemar tests for pairs of systems aligned on `keys`, with Holm-adjusted p-values across the table."
+    "Exact McNemar tests for pairs of systems aligned on `keys`, Holm-adjusted across the tests performed; `note` where refused."
     keys = [keys] if isinstance(keys, str) else list(keys)
     by = [] if by is None else [by] if isinstance(by, str) else list(by)
     missing = [c for c in [system, value, *keys, *by] if c not in df.columns]
@@ -286,11 +320,12 @@ def mcnemar_table(df: pd.DataFrame, # one row per (system, key) with a binary ou
         where = f'{dict(zip(by, bkey))}: ' if by else ''
         for sa, sb in pairs:
             m = _align(sub[sub[system] == sa], sub[sub[system] == sb], keys, value, sa, sb, where, unpaired)
-            r = mcnemar_exact(m[f'{value}_a'].to_numpy(), m[f'{value}_b'].to_numpy())
+            r = mcnemar_exact(m[f'{value}_a'].to_numpy(), m[f'{value}_b'].to_numpy(), min_n)
             rows.append((*bkey, sa, sb, r.n, r.b, r.c, float(m[f'{value}_a'].mean()), float(m[f'{value}_b'].mean()),
-                         r.statistic, r.pvalue, m.attrs.get('unpaired', 0)))
-    out = pd.DataFrame(rows, columns=[*by, 'system_a', 'system_b', 'n', 'b', 'c', 'acc_a', 'acc_b', 'statistic', 'p', 'unpaired'])
+                         r.statistic, r.pvalue, m.attrs.get('unpaired', 0), r.note))
+    out = pd.DataFrame(rows, columns=[*by, 'system_a', 'system_b', 'n', 'b', 'c', 'acc_a', 'acc_b', 'statistic', 'p', 'unpaired', 'note'])
     out['p_holm'], out['reject'] = holm(out['p'].to_numpy(), alpha)
+    out = out[[c for c in out.columns if c != 'note'] + ['note']]
     if unpaired == 'raise': out = out.drop(columns='unpaired')
     return out
 
@@ -326,13 +361,15 @@ def kappa_ci(a, # labels from rater A
              ci: float=0.95, # confidence level
              seed: int=0, # RNG seed
              strata=None, # per-item stratum label, constant within a group
-             keep_boot: bool=False # keep the resampled κ values in `.boot`
+             keep_boot: bool=False, # keep the resampled κ values in `.boot`
+             min_n: Optional[int]=None # fewest items (or groups) for an interval; None: MIN_N_CI
             ) -> CI:
     "Cohen's κ with a percentile CI from resampling items (or groups) with replacement."
     _check_boot_args(n_resamples, ci)
     ca, cb, L = _label_codes(a, b)
     codes, T, ts = task_index(groups, len(ca), strata)
     M = np.bincount(codes * L * L + ca * L + cb, minlength=T * L * L).reshape(T, L * L).astype(float)
+    if (r := _refused(_kappa_from_confusion(M.sum(0).reshape(L, L)), len(ca), T, ci, min_n)) is not None: return r
     boot = np.concatenate([_kappa_from_confusion((_counts(idx, T) @ M).reshape(-1, L, L))
                            for idx in _index_chunks(ts, n_resamples, seed)])
     lo, hi = _percentile(boot, ci)
@@ -376,13 +413,15 @@ def spearman_ci(x, # first variable
                 ci: float=0.95, # confidence level
                 seed: int=0, # RNG seed
                 strata=None, # per-pair stratum label, constant within a group
-                keep_boot: bool=False # keep the resampled ρ values in `.boot`
+                keep_boot: bool=False, # keep the resampled ρ values in `.boot`
+                min_n: Optional[int]=None # fewest pairs (or groups) for an interval; None: MIN_N_CI
                ) -> CI:
     "Spearman's ρ with a percentile CI from resampling groups and recomputing ρ on their concatenated members."
     _check_boot_args(n_resamples, ci)
     est = spearman(x, y)
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     codes, T, ts = task_index(groups, len(x), strata)
+    if (r := _refused(est, len(x), T, ci, min_n)) is not None: return r
     sub = max(1, MAX_ELEMS // (4 * len(x)))            # resamples per block of (b, n) work arrays
     boot = []
     for idx in _index_chunks(ts, n_resamples, seed):

@@ -6,6 +6,8 @@
 - Holm spans the strategies compared with one control within a (track, reasoner) family, not the whole table;
 - C.5: Delta_full = Delta_paired * n_paired / n_scale, the interval scaled alike;
 - Table 8: intervals are 1.96 * SE with the sample SD.
+The hand frames are smaller than memlab.stats' minimums (10 pairs), so the checks of their intervals and p-values pass
+`min_n=0`; tests/test_min_n.py checks the refusal itself.
 """
 import numpy as np
 import pandas as pd
@@ -33,7 +35,7 @@ def binary(n_rescued: int, n_lost: int, strategy: str, reasoner: str='r', n_same
 
 
 def test_gain_and_transitions_on_six_instances():
-    g = memory_gain(frame(), n_resamples=2000).iloc[0]
+    g = memory_gain(frame(), n_resamples=2000, min_n=0).iloc[0]
     assert g.n_paired == 6 and g.unpaired == 0
     assert g.gain == pytest.approx(0.5 / 6)                        # (-0.1 - 0.3 + 0.5 + 0.1 + 0.2 + 0.1) / 6
     assert (g.score_mem, g.score_ctl) == (pytest.approx(np.mean(MEM)), pytest.approx(np.mean(CTL)))
@@ -41,7 +43,7 @@ def test_gain_and_transitions_on_six_instances():
     assert (g.RR, g.RU, g.UR, g.UU) == (2, 1, 2, 1)
     assert g.delta_r == pytest.approx((2 - 1) / 6)                 # mean of int(memory.resolved) - int(control.resolved)
     assert g.lo <= g.gain <= g.hi and g.lo < g.hi
-    assert list(memory_gain(frame(), n_resamples=10).columns) == ['track', 'reasoner', 'strategy', *GAIN_COLUMNS]
+    assert list(memory_gain(frame(), n_resamples=10).columns) == ['track', 'reasoner', 'budget', 'strategy', *GAIN_COLUMNS]
 
 
 def test_gain_sign_is_memory_minus_control():
@@ -60,7 +62,7 @@ def test_unpaired_instances_are_counted_and_excluded():
 
 
 def test_mcnemar_b_counts_memory_only_resolutions():
-    up = memory_gain(binary(5, 0, 'a-mem'), n_resamples=100).iloc[0]
+    up = memory_gain(binary(5, 0, 'a-mem'), n_resamples=100, min_n=0).iloc[0]
     assert (up.b, up.c, up.UR, up.RU) == (5, 0, 5, 0)
     assert up.p == pytest.approx(2 * 0.5 ** 5)
     down = memory_gain(binary(0, 5, 'a-mem'), n_resamples=100).iloc[0]
@@ -90,7 +92,7 @@ def test_extrapolation_arithmetic():
 def test_only_crossing_instances_are_paired_and_the_gain_extrapolated():
     ep = frame(crossed=[True] * 4 + [False] * 2 + [True] * 4 + [False] * 2)
     ep.loc[(ep.strategy == 'a-mem') & ~ep.crossed, 'score'] = [0.8, 0.4]   # uncrossed i5, i6: identical to the control
-    g = memory_gain(ep, n_resamples=500).iloc[0]
+    g = memory_gain(ep, n_resamples=500, min_n=0).iloc[0]
     assert (g.n_paired, g.n_uncrossed, g.n_scale) == (4, 2, 6)
     assert g.gain == pytest.approx((-0.1 - 0.3 + 0.5 + 0.1) / 4)
     assert g.gain_full == pytest.approx(g.gain * 4 / 6)
@@ -102,13 +104,13 @@ def test_only_crossing_instances_are_paired_and_the_gain_extrapolated():
 def test_hop_interval_is_196_standard_errors():
     ep = pd.DataFrame(dict(track='dr', reasoner='r', strategy='bm25-notes', instance_id=list('abcdef'), hops=[3, 3, 3, 3, 5, 6],
                            score=[0, 0.5, 1, 0.5, 0.2, 0.4]))
-    t = hop_table(ep).set_index('hop_stratum')
+    t = hop_table(ep, min_n=0).set_index('hop_stratum')
     assert list(t.index) == ['3', '5/6'] and t.loc['3', 'n'] == 4 and t.loc['5/6', 'n'] == 2
     assert t.loc['3', 'mean'] == pytest.approx(0.5)
     assert t.loc['3', 'half'] == pytest.approx(1.96 * np.sqrt(1 / 6) / 2)      # sample SD sqrt(0.5/3), n = 4
     assert t.loc['5/6', 'half'] == pytest.approx(1.96 * np.sqrt(0.02) / np.sqrt(2))
     assert (t.loc['3', 'lo'], t.loc['3', 'hi']) == (pytest.approx(0.5 - t.loc['3', 'half']), pytest.approx(0.5 + t.loc['3', 'half']))
-    assert table8(hop_table(ep)).iloc[0]['3-hop (n=4)'] == '0.500 ± 0.400'
+    assert table8(hop_table(ep, min_n=0)).iloc[0]['3-hop (n=4)'] == '0.500 ± 0.400'
     assert list(hop_table(ep).columns) == ['track', 'reasoner', 'strategy', 'hop_stratum', *HOP_COLUMNS]
 
 

@@ -5,7 +5,7 @@
 # %% ../../../nbs/protocols/mab/07_report.ipynb #b7c03d14
 from __future__ import annotations
 import json
-from typing import Sequence
+from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 import matplotlib.pyplot as plt
@@ -66,19 +66,21 @@ def mark_best(t: pd.DataFrame, # a numeric table
 
 def per_source(df: pd.DataFrame, # `mab_results` rows
                by: Sequence[str]=('reader', 'agent'), # cells besides competency, task and source
-               n_resamples: int=1000, seed: int=0 # bootstrap settings
+               n_resamples: int=1000, seed: int=0, # bootstrap settings
+               min_n: Optional[int]=None # fewest questions for a CI; None: `memlab.stats.MIN_N_CI`
               ) -> pd.DataFrame:
-    "Mean score with a 95% bootstrap CI over questions, per agent and source (Tables 6-7), x100."
-    t = bootstrap_table(df.dropna(subset=['score']), 'score', by=['competency', 'task', 'source', *by], n_resamples=n_resamples, seed=seed)
+    "Mean score with a 95% bootstrap CI over questions (a note where too few), per agent and source (Tables 6-7), x100."
+    t = bootstrap_table(df.dropna(subset=['score']), 'score', by=['competency', 'task', 'source', *by], n_resamples=n_resamples, seed=seed, min_n=min_n)
     t[['mean', 'lo', 'hi']] *= 100
     return t
 
 # %% ../../../nbs/protocols/mab/07_report.ipynb #66152716
 def lc_vs_best_rag(df: pd.DataFrame, # `mab_results` rows with a long-context agent and RAG agents
                    long_context: str='long-context', # the long-context agent's name
-                   alpha: float=0.05 # Holm family-wise error rate
+                   alpha: float=0.05, # Holm family-wise error rate
+                   min_n: Optional[int]=None # fewest paired questions for a test; None: `memlab.stats.MIN_PAIRS_MCNEMAR`
                   ) -> pd.DataFrame:
-    "Exact McNemar test of long-context vs the best RAG agent in each competency, Holm-adjusted."
+    "Exact McNemar test of long-context vs the best RAG agent in each competency, Holm-adjusted over the tests performed."
     d = df.dropna(subset=['correct']).assign(correct=lambda x: x['correct'].astype(float).round().astype(int))
     rows = []
     for (pol, comp), sub in d.groupby(['reader', 'competency'], sort=True):
@@ -86,22 +88,23 @@ def lc_vs_best_rag(df: pd.DataFrame, # `mab_results` rows with a long-context ag
         if long_context not in set(sub['agent']) or rag.empty: continue
         best = rag.idxmax()
         m = mcnemar_table(sub[sub['agent'].isin([long_context, best])], system='agent', value='correct',
-                          keys=['instance_id', 'query_id', 'sample'], pairs=[(long_context, best)], unpaired='drop')
+                          keys=['instance_id', 'query_id', 'sample'], pairs=[(long_context, best)], unpaired='drop', min_n=min_n)
         rows.append(m.assign(reader=pol, competency=comp, best_rag=best))
     if not rows: return pd.DataFrame()
     out = pd.concat(rows, ignore_index=True)
     from memlab.stats import holm
     out['p_holm'], out['reject'] = holm(out['p'].to_numpy(), alpha)
-    return out[['reader', 'competency', 'system_a', 'best_rag', 'n', 'acc_a', 'acc_b', 'b', 'c', 'p', 'p_holm', 'reject']]
+    return out[['reader', 'competency', 'system_a', 'best_rag', 'n', 'acc_a', 'acc_b', 'b', 'c', 'p', 'p_holm', 'reject', 'note']]
 
 # %% ../../../nbs/protocols/mab/07_report.ipynb #08c46457
 def ablation(df: pd.DataFrame, # `mab_results` rows of several runs, with a column `param`
              param: str, # the varied parameter's column, e.g. 'chunk_size', 'k', 'context_tokens'
              by: Sequence[str]=('reader', 'agent', 'task'), # cells
-             n_resamples: int=1000, seed: int=0 # bootstrap settings
+             n_resamples: int=1000, seed: int=0, # bootstrap settings
+             min_n: Optional[int]=None # fewest questions for a CI; None: `memlab.stats.MIN_N_CI`
             ) -> pd.DataFrame:
-    "Mean score x100 with 95% CIs over questions against `param`."
-    t = bootstrap_table(df.dropna(subset=['score']), 'score', by=[*by, param], n_resamples=n_resamples, seed=seed)
+    "Mean score x100 with 95% CIs over questions (a note where too few) against `param`."
+    t = bootstrap_table(df.dropna(subset=['score']), 'score', by=[*by, param], n_resamples=n_resamples, seed=seed, min_n=min_n)
     t[['mean', 'lo', 'hi']] *= 100
     return t
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
-from ...stats import paired_bootstrap_diff, bootstrap_table, mcnemar_exact, holm
+from ...stats import paired_bootstrap_diff, bootstrap_table, mcnemar_exact, holm, too_few, _min_n
+import memlab.stats as _stats
 
 # %% auto #0
 __all__ = ['HOP_STRATA', 'EP_COLUMNS', 'KEY', 'SYNTH_DR', 'SYNTH_CODEQA', 'SYNTH_BUDGETS', 'SYNTH_HOPS', 'GAIN_COLUMNS',
@@ -131,37 +132,45 @@ def extrapolate(gain_paired, # Δ_paired, the mean gain on the paired instances 
 
 # %% ../../../nbs/protocols/memgym/05_paired.ipynb #9865ccd6
 GAIN_COLUMNS = ('n_paired', 'unpaired', 'n_uncrossed', 'n_scale', 'score_mem', 'score_ctl', 'gain', 'lo', 'hi',
-                'gain_full', 'lo_full', 'hi_full', 'delta_r', 'RR', 'RU', 'UR', 'UU', 'b', 'c', 'p', 'p_holm', 'reject')
+                'gain_full', 'lo_full', 'hi_full', 'delta_r', 'RR', 'RU', 'UR', 'UU', 'b', 'c', 'p', 'p_holm', 'reject', 'note')
 
 def _cols(x) -> list: return [] if x is None else [x] if isinstance(x, str) else list(x)
 def _key(k) -> tuple: return k if isinstance(k, tuple) else (k,)
 
-def _gain_row(m: pd.DataFrame, n_uncrossed: int, n_resamples: int, ci: float, seed: int) -> dict:
-    "The gain statistics of one cell's paired rows (`score_mem`, `score_ctl`, `resolved_mem`, `resolved_ctl`)."
+def _gain_row(m: pd.DataFrame, n_uncrossed: int, n_resamples: int, ci: float, seed: int, min_n: Optional[int]=None) -> dict:
+    "The gain statistics of one cell's paired rows (`score_mem`, `score_ctl`, `resolved_mem`, `resolved_ctl`); CI and p refused below `min_n` pairs."
     n = len(m); r = dict(n_paired=n, n_uncrossed=n_uncrossed, n_scale=n + n_uncrossed)
-    if n == 0: return r | {k: np.nan for k in ('score_mem', 'score_ctl', 'gain', 'lo', 'hi', 'gain_full', 'lo_full', 'hi_full', 'delta_r', 'p')} | dict(RR=0, RU=0, UR=0, UU=0, b=0, c=0)
-    d = paired_bootstrap_diff(m['score_mem'].to_numpy(), m['score_ctl'].to_numpy(), m['instance_id'].to_numpy(), n_resamples, ci, seed)
-    t = mcnemar_exact(m['resolved_mem'].to_numpy(), m['resolved_ctl'].to_numpy())     # a = memory: b = memory-only resolutions
+    if n == 0: return r | {k: np.nan for k in ('score_mem', 'score_ctl', 'gain', 'lo', 'hi', 'gain_full', 'lo_full', 'hi_full', 'delta_r', 'p')} | dict(RR=0, RU=0, UR=0, UU=0, b=0, c=0, note=too_few(0, 1))
+    d = paired_bootstrap_diff(m['score_mem'].to_numpy(), m['score_ctl'].to_numpy(), m['instance_id'].to_numpy(), n_resamples, ci, seed, min_n=min_n)
+    t = mcnemar_exact(m['resolved_mem'].to_numpy(), m['resolved_ctl'].to_numpy(), min_n)     # a = memory: b = memory-only resolutions
     full = extrapolate([d.estimate, d.lo, d.hi], n, n + n_uncrossed)
     return r | dict(score_mem=float(m['score_mem'].mean()), score_ctl=float(m['score_ctl'].mean()), gain=d.estimate, lo=d.lo, hi=d.hi,
                     gain_full=full[0], lo_full=full[1], hi_full=full[2], delta_r=(t.b - t.c) / n,
-                    RR=t.n11, RU=t.c, UR=t.b, UU=t.n00, b=t.b, c=t.c, p=t.pvalue)
+                    RR=t.n11, RU=t.c, UR=t.b, UU=t.n00, b=t.b, c=t.c, p=t.pvalue, note=d.note or t.note)
+
+def _one_budget(ep: pd.DataFrame, cols: list, where: str):
+    "A ValueError when a cell of `cols` mixes several budgets (the same instances at two budgets would count twice)."
+    if 'budget' in cols: return
+    n = ep.groupby(cols, dropna=False)['budget'].nunique() if cols else pd.Series([ep['budget'].nunique()])
+    if (n > 1).any(): raise ValueError(f"{where}: a cell pools {int(n.max())} budgets; add 'budget' to `by` (budgets are never pooled)")
 
 def memory_gain(ep: pd.DataFrame, # episode frame (one row per track, strategy, reasoner, instance_id)
                 control: str='none', # the no-memory control strategy
-                by: Sequence[str]=('track', 'reasoner'), # columns held fixed on both sides of a pair
+                by: Sequence[str]=('track', 'reasoner', 'budget'), # columns held fixed on both sides of a pair (budgets are never pooled)
                 strata: Sequence[str]=(), # instance columns splitting each comparison, e.g. ('hop_stratum',)
                 crossed_only: bool=True, # pair only instances whose control crossed the trigger (C.5)
                 n_resamples: int=10_000, # paired bootstrap resamples
                 seed: int=0, # RNG seed, the same for every cell
                 ci: float=0.95, # confidence level
-                alpha: float=0.05 # family-wise error rate for Holm
+                alpha: float=0.05, # family-wise error rate for Holm
+                min_n: Optional[int]=None # fewest paired instances for the CI and the McNemar p-value; None: the `memlab.stats` minimums
                ) -> pd.DataFrame:
     "Paired memory gain per (by, strategy, strata): means, bootstrap CI, extrapolation, transitions, McNemar with Holm."
     by, strata = _cols(by), _cols(strata)
     ep = check_episodes(ep, control)
     miss = [c for c in by + strata if c not in ep.columns]
     if miss: raise KeyError(f'memory_gain: columns not in the frame: {miss}')
+    _one_budget(ep, by + strata, 'memory_gain')
     rows = []
     for bkey, g in ep.groupby(by, sort=True, dropna=False) if by else [((), ep)]:
         where = dict(zip(by, _key(bkey)))
@@ -178,7 +187,7 @@ def memory_gain(ep: pd.DataFrame, # episode frame (one row per track, strategy, 
             paired, unpaired = (m['_merge'] == 'both') & ~uncrossed, (m['_merge'] != 'both') & ~uncrossed
             for skey, cell in m.groupby(strata, sort=True, dropna=False) if strata else [((), m)]:
                 i = cell.index
-                r = _gain_row(cell[paired[i]], int(uncrossed[i].sum()), n_resamples, ci, seed)
+                r = _gain_row(cell[paired[i]], int(uncrossed[i].sum()), n_resamples, ci, seed, min_n)
                 rows.append({**where, 'strategy': s, **dict(zip(strata, _key(skey))), **r, 'unpaired': int(unpaired[i].sum())})
     out = pd.DataFrame(rows, columns=[*by, 'strategy', *strata, *GAIN_COLUMNS])
     out['p_holm'], out['reject'] = np.nan, False
@@ -188,29 +197,33 @@ def memory_gain(ep: pd.DataFrame, # episode frame (one row per track, strategy, 
     return out.astype({k: int for k in ('n_paired', 'unpaired', 'n_uncrossed', 'n_scale', 'RR', 'RU', 'UR', 'UU', 'b', 'c')}).astype({'reject': bool})
 
 # %% ../../../nbs/protocols/memgym/05_paired.ipynb #cd5e5215
-HOP_COLUMNS = ('n', 'mean', 'se', 'half', 'lo', 'hi')
+HOP_COLUMNS = ('n', 'mean', 'se', 'half', 'lo', 'hi', 'note')
 
 def hop_table(ep: pd.DataFrame, # episode frame
               by: Sequence[str]=('track', 'reasoner'), # grouping columns besides strategy and hop stratum
               track: Optional[str]='dr', # keep only this track (None: every row with a hop count)
               z: float=1.96, # interval half-width in standard errors (Table 8: 1.96)
-              ddof: int=1 # degrees of freedom of the standard deviation
+              ddof: int=1, # degrees of freedom of the standard deviation
+              min_n: Optional[int]=None # fewest instances for an interval; None: `memlab.stats.MIN_N_CI`
              ) -> pd.DataFrame:
-    "Table 8: mean score per strategy and hop stratum with z·SE intervals and n."
-    by = _cols(by); ep = check_episodes(ep)
+    "Table 8: mean score per strategy and hop stratum with z·SE intervals (NaN and a note below `min_n`) and n."
+    by = _cols(by); ep = check_episodes(ep); m = _min_n(min_n, _stats.MIN_N_CI)
     d = ep[ep['hop_stratum'].notna() & ((ep['track'] == track) if track is not None else True)]
     if d.empty: raise ValueError(f'hop_table: no rows with a hop count{"" if track is None else f" in track {track!r}"}')
+    _one_budget(d, by, 'hop_table')
     t = d.groupby([*by, 'strategy', 'hop_stratum'], sort=True)['score'].agg(n='size', mean='mean', sd=lambda s: s.std(ddof=ddof)).reset_index()
-    t['se'] = t['sd'] / np.sqrt(t['n']); t['half'] = z * t['se']
+    t['note'] = [too_few(int(k), m) for k in t['n']]
+    t['se'] = (t['sd'] / np.sqrt(t['n'])).where(t['note'] == ''); t['half'] = z * t['se']
     t['lo'], t['hi'] = t['mean'] - t['half'], t['mean'] + t['half']
     return t.drop(columns='sd')[[*by, 'strategy', 'hop_stratum', *HOP_COLUMNS]]
 
 def table8(hop_tab: pd.DataFrame, # `hop_table` rows
            digits: int=3 # decimals
           ) -> pd.DataFrame:
-    "Table 8's layout: one row per strategy (and group), one 'mean ± half' column per hop stratum."
+    "Table 8's layout: one row per strategy (and group), one 'mean ± half' column per hop stratum ('mean (too few: n=5)' without an interval)."
     index = [c for c in hop_tab.columns if c not in (*HOP_COLUMNS, 'hop_stratum')]
-    t = hop_tab.assign(text=[f'{m:.{digits}f} ± {h:.{digits}f}' for m, h in zip(hop_tab['mean'], hop_tab['half'])])
+    t = hop_tab.assign(text=[f'{m:.{digits}f} (too few: n={k})' if np.isnan(h) else f'{m:.{digits}f} ± {h:.{digits}f}'
+                             for m, h, k in zip(hop_tab['mean'], hop_tab['half'], hop_tab['n'])])
     w = t.pivot(index=index, columns='hop_stratum', values='text')
     strata = [h for h in HOP_STRATA if h in w.columns]
     ns = {h: hop_tab.loc[hop_tab['hop_stratum'] == h, 'n'].unique() for h in strata}
@@ -224,13 +237,14 @@ def budget_table(ep: pd.DataFrame, # episode frame
                  track: Optional[str]='codeqa', # keep only this track (None: every row with a budget)
                  n_resamples: int=10_000, # bootstrap resamples per cell
                  seed: int=0, # RNG seed
-                 ci: float=0.95 # confidence level
+                 ci: float=0.95, # confidence level
+                 min_n: Optional[int]=None # fewest instances for a cell's CI; None: `memlab.stats.MIN_N_CI`
                 ) -> pd.DataFrame:
-    "Figure 3(a)'s data: mean score per strategy and budget with a bootstrap CI over instances."
+    "Figure 3(a)'s data: mean score per strategy and budget with a bootstrap CI over instances (a note where too few)."
     by = _cols(by); ep = check_episodes(ep)
     d = ep[ep['budget'].notna() & ((ep['track'] == track) if track is not None else True)]
     if d.empty: raise ValueError(f'budget_table: no rows with a budget{"" if track is None else f" in track {track!r}"}')
-    t = bootstrap_table(d.assign(budget=d['budget'].astype('int64')), 'score', [*by, 'strategy', 'budget'], 'instance_id', n_resamples, ci, seed)
+    t = bootstrap_table(d.assign(budget=d['budget'].astype('int64')), 'score', [*by, 'strategy', 'budget'], 'instance_id', n_resamples, ci, seed, min_n=min_n)
     return t
 
 # %% ../../../nbs/protocols/memgym/05_paired.ipynb #a32e4099

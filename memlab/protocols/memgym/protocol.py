@@ -202,6 +202,9 @@ class _MemGymJudge(Judge):
         return ('CORRECT' if s >= 0.5 else 'WRONG'), float(s), f'score {s:.3f}'
     def _none_score(self, query): return 0.0
     def _noise(self, d: dict, answer: str, question: str) -> Optional[bool]: raise NotImplementedError
+    def verifier_judges(self) -> dict:
+        "The tracks' verifiers' judges with this judge's model: `dr` (gold, predicted, question) -> score; CodeQA `fact`, `noise` (item, answer, question) -> bool."
+        raise NotImplementedError
     def misled(self, track: str, # 'dr' or 'codeqa'
                distractors: list[dict], # DR: the query's `contradictions`; CodeQA: the instance's distractors
                answer: Optional[str], # the answer (CodeQA: the instance's answers joined, as `score_instance` does)
@@ -216,6 +219,7 @@ class MemGymOfflineJudge(_MemGymJudge):
     "Offline MemGym judges (no LLM): DR's fact-overlap answer score, CodeQA's linked-fact share."
     model = 'offline'
     def prompt_texts(self): return 'memgym-offline-v1'
+    def verifier_judges(self): return dict(dr=DR.offline_answer_score, fact=CQ.offline_fact_judge, noise=CQ.offline_noise_judge)
     def _noise(self, d, answer, question): return CQ.offline_noise_judge(CQ.DistractorFact(**d), answer, question)
     def _score(self, query, answer):
         if query.meta['track'] == 'dr': return DR.offline_answer_score(query.answers[0], answer, query.question)
@@ -228,6 +232,10 @@ class MemGymLLMJudge(_MemGymJudge):
     def __init__(self, complete, model: str='gpt-4o-mini', temperature: float=0.0, max_tokens: Optional[int]=256):
         self.complete, self.model, self.params = complete, model, dict(temperature=temperature, **({'max_tokens': max_tokens} if max_tokens else {}))
     def prompt_texts(self): return dict(dr=DR.ANSWER_JUDGE_PROMPT, fact=CQ.FACT_JUDGE_PROMPT, noise=CQ.NOISE_JUDGE_PROMPT)
+    def verifier_judges(self):
+        def ask(p: str) -> str: return self.ask([{'role': 'user', 'content': p}])
+        ask.label = self.label
+        return dict(dr=DR.answer_judge(ask), fact=CQ.llm_fact_judge(ask, self.label), noise=CQ.llm_noise_judge(ask, self.label))
     def _noise(self, d, answer, question):
         return CQ.parse_noise_reply(self.ask([{'role': 'user', 'content': CQ.noise_judge_prompt(CQ.DistractorFact(**d), answer, question)}]))
     def _score(self, query, answer):

@@ -173,16 +173,17 @@ def _pair(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
 def judge_agreement(a: pd.DataFrame, # judge A's rows (`probe_frame`): rollout_id, correct (Gist), rtype (Response type), user
                     b: pd.DataFrame, # judge B's rows for (a subset of) the same responses
                     n_resamples: int=1000, # bootstrap resamples
-                    seed: int=0
+                    seed: int=0,
+                    min_n: Optional[int]=None # fewest users for a CI; None: `memlab.stats.MIN_N_CI`
                    ) -> pd.DataFrame:
-    "Cohen's κ of Gist and of Response type with a bootstrap CI that resamples users (appendix D)."
+    "Cohen's κ of Gist and of Response type with a bootstrap CI that resamples users (appendix D); `note` where too few users."
     m = _pair(a, b[['rollout_id', 'correct', 'rtype']])
     rows = []
     for dim, ca, cb in (('Gist accuracy', 'correct_a', 'correct_b'), ('Response type', 'rtype_a', 'rtype_b')):
         x, y = m[ca].astype(str).tolist(), m[cb].astype(str).tolist()
-        ci = kappa_ci(x, y, groups=m['user'].tolist(), n_resamples=n_resamples, seed=seed) if len(m) else None
+        ci = kappa_ci(x, y, groups=m['user'].tolist(), n_resamples=n_resamples, seed=seed, min_n=min_n) if len(m) else None
         rows.append(dict(dimension=dim, n=len(m), kappa=cohens_kappa(x, y) if len(m) else np.nan,
-                         lo=ci.lo if ci else np.nan, hi=ci.hi if ci else np.nan))
+                         lo=ci.lo if ci else np.nan, hi=ci.hi if ci else np.nan, note=ci.note if ci else 'no pairs'))
     return pd.DataFrame(rows)
 
 def disagreement_table(a: pd.DataFrame, # judge A's rows: rollout_id, correct, rtype, qtype, kp_group

@@ -9,7 +9,8 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import pandas as pd
 from ...core import Instance, Query
-from ...stats import resample_counts, task_index, mcnemar_table
+from ...stats import resample_counts, task_index, mcnemar_table, too_few, _min_n
+import memlab.stats as _stats
 
 # %% auto #0
 __all__ = ['probe_table', 'probe_frame', 'user_ci', 'retention_trace', 'maintenance_table', 'condition_table', 'rank_stability',
@@ -60,34 +61,36 @@ def user_ci(frame: pd.DataFrame, # `probe_frame` rows (any subset)
             stats: dict, # name -> fn(ratio) -> array; `ratio(mask, value='gist')` gives full-sample-then-resamples means
             n_resamples: int=1000, # resamples of users
             ci: float=0.95, # confidence level
-            seed: int=0
+            seed: int=0,
+            min_n: Optional[int]=None # fewest users for an interval; None: `memlab.stats.MIN_N_CI`
            ) -> pd.DataFrame:
-    "Named statistics with percentile intervals from resampling users (one draw shared by all statistics); NaN without rows."
-    if not len(frame): return pd.DataFrame([dict(stat=n, estimate=np.nan, lo=np.nan, hi=np.nan) for n in stats])
+    "Named statistics with percentile intervals from resampling users (one draw shared by all statistics); NaN without rows or below `min_n` users (`note`)."
+    if not len(frame): return pd.DataFrame([dict(stat=n, estimate=np.nan, lo=np.nan, hi=np.nan, note=too_few(0, 1)) for n in stats])
     users, U, _ = task_index(frame['user'].to_numpy(), len(frame))
-    C = resample_counts(U, n_resamples, seed).astype(float)
+    note = too_few(U, _min_n(min_n, _stats.MIN_N_CI))
+    C = resample_counts(U, n_resamples, seed).astype(float) if not note else np.zeros((0, U))   # too few users: no resamples
     ratio = lambda mask, value='gist': _ratio(frame, users, np.asarray(mask, bool), value, C)
     rows, a = [], (1 - ci) / 2
     for name, fn in stats.items():
         v = np.asarray(fn(ratio), float); b = v[1:][~np.isnan(v[1:])]
-        rows.append(dict(stat=name, estimate=v[0], lo=np.quantile(b, a) if len(b) else np.nan, hi=np.quantile(b, 1 - a) if len(b) else np.nan))
+        rows.append(dict(stat=name, estimate=v[0], lo=np.quantile(b, a) if len(b) else np.nan, hi=np.quantile(b, 1 - a) if len(b) else np.nan, note=note))
     return pd.DataFrame(rows)
 
 # %% ../../../nbs/protocols/memtrace/03_views.ipynb #52b1f164
-def retention_trace(frame: pd.DataFrame, n_resamples: int=1000, seed: int=0) -> pd.DataFrame:
+def retention_trace(frame: pd.DataFrame, n_resamples: int=1000, seed: int=0, min_n: Optional[int]=None) -> pd.DataFrame:
     "Gist per system, question type (and 'overall') and window, with user-level CIs: the retention curves."
     d = frame[frame['condition'] == 'present']
     rows = []
     for (system, qtype), sub in [((s, q), g) for (s, q), g in d.groupby(['system', 'qtype'])] + [((s, 'overall'), g) for s, g in d.groupby('system')]:
         wins = sorted(sub['window'].unique(), key=lambda w: int(w[1:]))
-        t = user_ci(sub, {w: (lambda r, w=w: r(sub['window'] == w)) for w in wins}, n_resamples, seed=seed)
-        rows += [dict(system=system, qtype=qtype, window=w, gist=e, lo=l, hi=h, n=int((sub['window'] == w).sum()))
-                 for w, e, l, h in zip(t['stat'], t['estimate'], t['lo'], t['hi'])]
+        t = user_ci(sub, {w: (lambda r, w=w: r(sub['window'] == w)) for w in wins}, n_resamples, seed=seed, min_n=min_n)
+        rows += [dict(system=system, qtype=qtype, window=w, gist=e, lo=l, hi=h, n=int((sub['window'] == w).sum()), note=nt)
+                 for w, e, l, h, nt in zip(t['stat'], t['estimate'], t['lo'], t['hi'], t['note'])]
     return pd.DataFrame(rows)
 
 def maintenance_table(frame: pd.DataFrame, # `probe_frame` rows
                       fresh: tuple=('W1', 'W2'), saturated: tuple=('W7', 'W8'), # the windows each summary averages
-                      n_resamples: int=1000, seed: int=0) -> pd.DataFrame:
+                      n_resamples: int=1000, seed: int=0, min_n: Optional[int]=None) -> pd.DataFrame:
     "Fresh, Saturated and Forget (= Fresh - Saturated) Gist per system and question type (and overall), with user-level CIs."
     d = frame[frame['condition'] == 'present']
     rows = []
@@ -99,8 +102,8 @@ def maintenance_table(frame: pd.DataFrame, # `probe_frame` rows
                 with np.errstate(invalid='ignore'): return np.where(n > 0, np.nansum(v, 0) / np.maximum(n, 1), np.nan)
             return f
         t = user_ci(sub, {'fresh': avg(fresh), 'saturated': avg(saturated),
-                          'forget': lambda r: avg(fresh)(r) - avg(saturated)(r)}, n_resamples, seed=seed).set_index('stat')
-        row = dict(system=system, qtype=qtype)
+                          'forget': lambda r: avg(fresh)(r) - avg(saturated)(r)}, n_resamples, seed=seed, min_n=min_n).set_index('stat')
+        row = dict(system=system, qtype=qtype, note=t['note'].iloc[0])
         for k in ('fresh', 'saturated', 'forget'): row.update({k: t.loc[k, 'estimate'], f'{k}_lo': t.loc[k, 'lo'], f'{k}_hi': t.loc[k, 'hi']})
         rows.append(row)
     return pd.DataFrame(rows)
@@ -108,7 +111,7 @@ def maintenance_table(frame: pd.DataFrame, # `probe_frame` rows
 # %% ../../../nbs/protocols/memtrace/03_views.ipynb #1cb3c3a3
 def condition_table(frame: pd.DataFrame, # `probe_frame` rows
                     conflict_windows: tuple=('W7', 'W8'), # Table 10: conflict probes at W7-W8
-                    n_resamples: int=1000, seed: int=0) -> pd.DataFrame:
+                    n_resamples: int=1000, seed: int=0, min_n: Optional[int]=None) -> pd.DataFrame:
     "Gist, abstention and hallucination rates on conflict probes (late windows) and boundary probes, per system, with user-level CIs."
     rows = []
     for system, sub in frame.groupby('system'):
@@ -116,8 +119,8 @@ def condition_table(frame: pd.DataFrame, # `probe_frame` rows
         for cond, mask in (('conflict', (sub['condition'] == 'conflict') & sub['window'].isin(conflict_windows)),
                            ('boundary', sub['condition'] == 'missing')):
             if not mask.any(): continue
-            t = user_ci(sub, {v: (lambda r, v=v: r(mask, v)) for v in ('gist', 'abst', 'hallu')}, n_resamples, seed=seed).set_index('stat')
-            row = dict(system=system, probes=cond, n=int(mask.sum()))
+            t = user_ci(sub, {v: (lambda r, v=v: r(mask, v)) for v in ('gist', 'abst', 'hallu')}, n_resamples, seed=seed, min_n=min_n).set_index('stat')
+            row = dict(system=system, probes=cond, n=int(mask.sum()), note=t['note'].iloc[0])
             for v, name in (('gist', 'gist'), ('abst', 'abstention'), ('hallu', 'hallucination')):
                 row.update({name: t.loc[v, 'estimate'], f'{name}_lo': t.loc[v, 'lo'], f'{name}_hi': t.loc[v, 'hi']})
             rows.append(row)
@@ -133,13 +136,14 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
 
 def rank_stability(frame: pd.DataFrame, # `probe_frame` rows (at least 3 systems)
                    windows: tuple=('W7', 'W8'), # rank by Saturated Gist (Table 11)
-                   n_resamples: int=1000, seed: int=0) -> pd.DataFrame:
+                   n_resamples: int=1000, seed: int=0, min_n: Optional[int]=None) -> pd.DataFrame:
     "Spearman rho between systems' rankings on two question types, over user resamples: median, CI, share rho > 0."
     d = frame[(frame['condition'] == 'present') & frame['window'].isin(windows)]
     systems = sorted(d['system'].unique())
-    if len(systems) < 3: return pd.DataFrame(columns=['comparison', 'n_systems', 'rho', 'median', 'lo', 'hi', 'share_rho_positive'])
+    if len(systems) < 3: return pd.DataFrame(columns=['comparison', 'n_systems', 'rho', 'median', 'lo', 'hi', 'share_rho_positive', 'note'])
     users, U, _ = task_index(d['user'].to_numpy(), len(d))
-    C = resample_counts(U, n_resamples, seed).astype(float)
+    note = too_few(U, _min_n(min_n, _stats.MIN_N_CI))                         # users are the resampled unit
+    C = resample_counts(U, n_resamples, seed).astype(float) if not note else np.zeros((0, U))
     acc = {}
     for q in ('current', 'historical', 'trajectory'):
         acc[q] = np.vstack([_ratio(d, users, ((d['system'] == s) & (d['qtype'] == q)).to_numpy(), 'gist', C) for s in systems])
@@ -150,7 +154,7 @@ def rank_stability(frame: pd.DataFrame, # `probe_frame` rows (at least 3 systems
         boot = rho[1:][~np.isnan(rho[1:])]
         rows.append(dict(comparison=f'{a} vs {b}', n_systems=len(systems), rho=rho[0], median=np.median(boot) if len(boot) else np.nan,
                          lo=np.quantile(boot, 0.025) if len(boot) else np.nan, hi=np.quantile(boot, 0.975) if len(boot) else np.nan,
-                         share_rho_positive=float((boot > 0).mean()) if len(boot) else np.nan))
+                         share_rho_positive=float((boot > 0).mean()) if len(boot) else np.nan, note=note))
     return pd.DataFrame(rows)
 
 # %% ../../../nbs/protocols/memtrace/03_views.ipynb #9cb0f6b5
@@ -203,15 +207,15 @@ def reach(insts: Sequence[Instance], # the window instances
 
 def reach_use_table(frame: pd.DataFrame, # `probe_frame` rows
                     reached: pd.DataFrame, # `reach` rows
-                    n_resamples: int=1000, seed: int=0) -> pd.DataFrame:
+                    n_resamples: int=1000, seed: int=0, min_n: Optional[int]=None) -> pd.DataFrame:
     "Per system: shares of reach miss, reached-but-unsolved and solved probes (of the probes `reach` checked), with user-level CIs."
     d = frame.merge(reached[['query_id', 'reached']], on='query_id')
     rows = []
     for system, sub in d.groupby('system'):
         r, g = sub['reached'].astype(bool), sub['gist'] > 0
         sub = sub.assign(miss=(~r).astype(float), unused=(r & ~g).astype(float), solved=(r & g).astype(float))
-        t = user_ci(sub, {v: (lambda rr, v=v: rr(np.ones(len(sub)), v)) for v in ('miss', 'unused', 'solved')}, n_resamples, seed=seed).set_index('stat')
-        row = dict(system=system, n=len(sub))
+        t = user_ci(sub, {v: (lambda rr, v=v: rr(np.ones(len(sub)), v)) for v in ('miss', 'unused', 'solved')}, n_resamples, seed=seed, min_n=min_n).set_index('stat')
+        row = dict(system=system, n=len(sub), note=t['note'].iloc[0])
         for v, name in (('miss', 'reach_miss'), ('unused', 'reached_unsolved'), ('solved', 'solved')):
             row.update({name: t.loc[v, 'estimate'], f'{name}_lo': t.loc[v, 'lo'], f'{name}_hi': t.loc[v, 'hi']})
         rows.append(row)
@@ -220,20 +224,22 @@ def reach_use_table(frame: pd.DataFrame, # `probe_frame` rows
 def oracle_lift(production: pd.DataFrame, # `probe_frame` rows of the probes' production answers
                 oracle: pd.DataFrame, # `probe_frame` rows of the same probes answered with gold evidence
                 by: str='bucket', # column to split by (present in both or in `production`)
-                n_resamples: int=1000, seed: int=0) -> pd.DataFrame:
+                n_resamples: int=1000, seed: int=0, min_n: Optional[int]=None) -> pd.DataFrame:
     "Production vs oracle Gist on the same probes (per system and `by`), and the lift with a user-level CI."
     key = ['system', 'query_id']
     m = production.merge(oracle[key + ['gist']], on=key, suffixes=('', '_oracle'))
     rows = []
     for cell, sub in m.groupby(['system', by]):
         t = user_ci(sub, {'base': lambda r: r(np.ones(len(sub))), 'oracle': lambda r: r(np.ones(len(sub)), 'gist_oracle'),
-                          'lift': lambda r: r(np.ones(len(sub)), 'gist_oracle') - r(np.ones(len(sub)))}, n_resamples, seed=seed).set_index('stat')
+                          'lift': lambda r: r(np.ones(len(sub)), 'gist_oracle') - r(np.ones(len(sub)))}, n_resamples, seed=seed, min_n=min_n).set_index('stat')
         rows.append(dict(system=cell[0], **{by: cell[1]}, n=len(sub), base=t.loc['base', 'estimate'], oracle=t.loc['oracle', 'estimate'],
-                         lift=t.loc['lift', 'estimate'], lift_lo=t.loc['lift', 'lo'], lift_hi=t.loc['lift', 'hi']))
+                         lift=t.loc['lift', 'estimate'], lift_lo=t.loc['lift', 'lo'], lift_hi=t.loc['lift', 'hi'], note=t['note'].iloc[0]))
     return pd.DataFrame(rows)
 
-def paired_tests(frame: pd.DataFrame) -> pd.DataFrame:
-    "Exact McNemar tests of every pair of systems on the same evidence-present probes, per question type, Holm across the table."
+def paired_tests(frame: pd.DataFrame, # `probe_frame` rows
+                 min_n: Optional[int]=None # fewest paired probes for a test; None: `memlab.stats.MIN_PAIRS_MCNEMAR`
+                ) -> pd.DataFrame:
+    "Exact McNemar tests of every pair of systems on the same evidence-present probes, per question type, Holm across the tests performed."
     d = frame[frame['condition'] == 'present'].assign(g=lambda x: x['gist'].round().astype(int))
     if d['system'].nunique() < 2: return pd.DataFrame()
-    return mcnemar_table(d, system='system', value='g', keys=['query_id'], by='qtype', unpaired='drop')
+    return mcnemar_table(d, system='system', value='g', keys=['query_id'], by='qtype', unpaired='drop', min_n=min_n)

@@ -80,21 +80,22 @@ def diagnostics(df: pd.DataFrame, # with_scale output, one row per evaluated rol
                 group: str='query_id', # task column for the bootstrap
                 n_resamples: int=1000, # bootstrap resamples (seed 000, A.2)
                 ci: float=0.95, # confidence level
-                seed: int=0 # bootstrap seed
+                seed: int=0, # bootstrap seed
+                min_n: Optional[int]=None # fewest tasks for a cell's CIs; None: `memlab.stats.MIN_N_CI`
                ) -> pd.DataFrame:
-    "Pass@B, p_wrong, p_exh (mean and CI), P90R (and its CI), MedR and counts per cell."
+    "Pass@B, p_wrong, p_exh (mean and CI), P90R (and its CI), MedR, counts and a note ('too few ...' where the CIs are refused) per cell."
     by = list(by); rows = []
     for key, g in df.groupby(by, observed=True, sort=True):
         key = key if isinstance(key, tuple) else (key,)
         o = outcomes(g['correct'], g['n_calls'], B)
         row = dict(zip(by, key), B=B, n=len(g), n_tasks=g[group].nunique(), n_irr=int(g['n_irr'].iloc[0]))
         for col in ('pass_b', 'wrong', 'exh'):
-            r = bootstrap_ci(o[col].to_numpy(), g[group].to_numpy(), n_resamples, ci, seed)
+            r = bootstrap_ci(o[col].to_numpy(), g[group].to_numpy(), n_resamples, ci, seed, min_n=min_n)
             name = {'pass_b': 'pass_b', 'wrong': 'p_wrong', 'exh': 'p_exh'}[col]
             row.update({name: r.mean, f'{name}_lo': r.lo, f'{name}_hi': r.hi})
-        p90 = bootstrap_quantile(g['n_calls'].to_numpy(), g[group].to_numpy(), 0.9, n_resamples, ci, seed)
+        p90 = bootstrap_quantile(g['n_calls'].to_numpy(), g[group].to_numpy(), 0.9, n_resamples, ci, seed, min_n=min_n)
         row.update(P90R=call_quantile(g['n_calls'], 0.9), P90R_lo=p90.lo, P90R_hi=p90.hi, MedR=call_quantile(g['n_calls'], 0.5),
-                   mean_calls=float(g['n_calls'].mean()))
+                   mean_calls=float(g['n_calls'].mean()), note=p90.note)
         rows.append(row)
     return pd.DataFrame(rows)
 

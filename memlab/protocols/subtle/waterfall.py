@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
-from ...stats import bootstrap_ci, paired_bootstrap_diff, resample_counts, task_index, mcnemar_exact, holm
+from ...stats import bootstrap_ci, paired_bootstrap_diff, resample_counts, task_index, mcnemar_exact, holm, too_few, _min_n
+import memlab.stats as _stats
 from .data import RELATION_TYPES, COLUMNS, SUBTYPE_COLUMNS
 
 # %% auto #0
@@ -73,7 +74,7 @@ def synth_frame(n_instances: int=60, # variant-set instances, three queries each
     return pd.concat(out, ignore_index=True)[list(FRAME_COLUMNS)]
 
 # %% ../../../nbs/protocols/subtle/04_waterfall.ipynb #f6631a65
-_STAT_COLUMNS = ('level', 'value', 'acc', 'lo', 'hi', 'n', 'unpaired')
+_STAT_COLUMNS = ('level', 'value', 'acc', 'lo', 'hi', 'n', 'note', 'unpaired')
 
 def _ordered(values, known: Sequence[str]) -> list:
     "The known labels present in `values` in their canonical order, then any others sorted."
@@ -94,28 +95,30 @@ def accuracy_table(fr: pd.DataFrame, # per-query rows (`check_frame`)
                    n_resamples: int=10_000, # bootstrap resamples (the paper: 10,000)
                    seed: int=0, # RNG seed, the same for every cell
                    ci: float=0.95, # confidence level
-                   stratify: bool=True # overall interval stratified by relation type (the paper); False: plain resampling
+                   stratify: bool=True, # overall interval stratified by relation type (the paper); False: plain resampling
+                   min_n: Optional[int]=None # fewest queries for a cell's CI; None: `memlab.stats.MIN_N_CI`
                   ) -> pd.DataFrame:
-    "Accuracy, percentile CI and n per group for overall, each relation type and each Table 3 column."
+    "Accuracy, percentile CI (a note where too few queries), n per group for overall, each relation type and each Table 3 column."
     by = list(by); fr = check_frame(fr, by)
     rows = []
     for key, g in fr.groupby(by, sort=True):
         y, qid = g['correct'].to_numpy(float), g['query_id'].to_numpy()
         for level, value, m, strata in _cells(g, stratify):
-            r = bootstrap_ci(y[m], qid[m], n_resamples, ci, seed, strata)
-            rows.append((*_keys(key), level, value, r.estimate, r.lo, r.hi, r.n))
-    return pd.DataFrame(rows, columns=[*by, 'level', 'value', 'acc', 'lo', 'hi', 'n'])
+            r = bootstrap_ci(y[m], qid[m], n_resamples, ci, seed, strata, min_n=min_n)
+            rows.append((*_keys(key), level, value, r.estimate, r.lo, r.hi, r.n, r.note))
+    return pd.DataFrame(rows, columns=[*by, 'level', 'value', 'acc', 'lo', 'hi', 'n', 'note'])
 
 # %% ../../../nbs/protocols/subtle/04_waterfall.ipynb #f40c2f4b
 WIDE_ORDER = ('Multi-evidence', 'Any-one', 'complementary', 'Temporal', 'Contextual', 'nuanced', 'Contradictory', 'contradictory', 'overall')
 
 def wide(acc: pd.DataFrame, # `accuracy_table` rows
-         what: str='acc' # 'acc', 'lo', 'hi', 'n' or 'text' ("85.4 [83.7, 87.1]", percent)
+         what: str='acc' # 'acc', 'lo', 'hi', 'n' or 'text' ("85.4 [83.7, 87.1]", percent; "66.7 (too few: n=3)" without a CI)
         ) -> pd.DataFrame:
     "One row per group with relation, column and overall cells in Table 3's column order."
     if what not in ('acc', 'lo', 'hi', 'n', 'text'): raise ValueError(f"what must be 'acc', 'lo', 'hi', 'n' or 'text', got {what!r}")
     index = [c for c in acc.columns if c not in _STAT_COLUMNS]
-    t = acc.assign(text=lambda d: [f'{100 * a:.1f} [{100 * l:.1f}, {100 * h:.1f}]' for a, l, h in zip(d['acc'], d['lo'], d['hi'])])
+    t = acc.assign(text=lambda d: [f'{100 * a:.1f} (too few: n={k})' if np.isnan(l) and not np.isnan(a) else f'{100 * a:.1f} [{100 * l:.1f}, {100 * h:.1f}]'
+                                   for a, l, h, k in zip(d['acc'], d['lo'], d['hi'], d['n'])])
     rows = t[index].drop_duplicates()
     out = t.pivot(index=index, columns='value', values=what).reindex(pd.MultiIndex.from_frame(rows) if len(index) > 1 else rows[index[0]])
     out = out.reindex(columns=[*WIDE_ORDER, *sorted(set(out.columns) - set(WIDE_ORDER), key=str)])   # every paper column, NaN when absent
@@ -165,15 +168,16 @@ def _percentile_ratio(num: np.ndarray, den: np.ndarray, ci: float) -> tuple[floa
 def _div(a: float, b: float) -> float: return a / b if b else np.nan
 
 WATERFALL_COLUMNS = ('model', 'prompt', 'memory', 'scope', 'n', 'unaligned', 'n_oracle', 'n_pres', 'n_ret', 'acc_oracle', 'acc_perfect',
-                     'acc_default', 'r_pres', 'r_pres_lo', 'r_pres_hi', 'r_ret', 'r_ret_lo', 'r_ret_hi')
+                     'acc_default', 'r_pres', 'r_pres_lo', 'r_pres_hi', 'r_ret', 'r_ret_lo', 'r_ret_hi', 'note')
 
 def waterfall(fr: pd.DataFrame, # per-query rows with oracle, perfect and default settings
               n_resamples: int=10_000, # bootstrap resamples of aligned query ids
               seed: int=0, # RNG seed
-              ci: float=0.95 # confidence level
+              ci: float=0.95, # confidence level
+              min_n: Optional[int]=None # fewest queries in a ratio's denominator for its CI; None: `memlab.stats.MIN_N_CI`
              ) -> pd.DataFrame:
-    "Per (model, prompt, memory) and scope (overall, each relation): stage counts, accuracies, R_pres and R_ret with bootstrap CIs."
-    st, rows = align_stages(fr), []
+    "Per (model, prompt, memory) and scope (overall, each relation): stage counts, accuracies, R_pres and R_ret with bootstrap CIs (a note where too few)."
+    st, rows, mn = align_stages(fr), [], _min_n(min_n, _stats.MIN_N_CI)
     for (model, prompt, memory), g in st.groupby(['model', 'prompt', 'memory'], sort=True):
         ok = g[['oracle', 'perfect', 'default']].notna().all(axis=1).to_numpy()
         a = g[ok]; o, p, d = (a[c].to_numpy() == 1 for c in ('oracle', 'perfect', 'default'))
@@ -191,15 +195,18 @@ def waterfall(fr: pd.DataFrame, # per-query rows with oracle, perfect and defaul
                 B = W @ (Xt * (np.ones(T, bool) if scope == 'overall' else trel == scope)[:, None])
                 pres, ret = _percentile_ratio(B[:, 1], B[:, 0], ci), _percentile_ratio(B[:, 2], B[:, 1], ci)
             else: pres = ret = (np.nan, np.nan)
+            few = {k: too_few(int(v), mn) for k, v in (('R_pres', s[0]), ('R_ret', s[1]))}     # each ratio's items: its denominator's queries
+            if few['R_pres']: pres = (np.nan, np.nan)
+            if few['R_ret']: ret = (np.nan, np.nan)
             rows.append((model, prompt, memory, scope, n, un, int(s[0]), int(s[1]), int(s[2]), _div(s[0], n), _div(s[3], n), _div(s[4], n),
-                         _div(s[1], s[0]), *pres, _div(s[2], s[1]), *ret))
+                         _div(s[1], s[0]), *pres, _div(s[2], s[1]), *ret, '; '.join(f'{k} {v}' for k, v in few.items() if v)))
     return pd.DataFrame(rows, columns=list(WATERFALL_COLUMNS))
 
 # %% ../../../nbs/protocols/subtle/04_waterfall.ipynb #67b7972e
 STAGE_COLORS = ('#c6dbef', '#6baed6', '#08519c')   # oracle, preserved, retrieved
 
 def _pct(v: float, lo: float, hi: float) -> str:
-    return 'n/a' if np.isnan(v) else f'{100 * v:.0f} [{100 * lo:.0f}, {100 * hi:.0f}]'
+    return 'n/a' if np.isnan(v) else f'{100 * v:.0f} (too few)' if np.isnan(lo) else f'{100 * v:.0f} [{100 * lo:.0f}, {100 * hi:.0f}]'
 
 def waterfall_figure(wf: pd.DataFrame, # `waterfall` rows
                      labels: Sequence[str], # policy labels of the data (e.g. 'offline reader (no LLM)')
@@ -237,12 +244,13 @@ def waterfall_figure(wf: pd.DataFrame, # `waterfall` rows
 # %% ../../../nbs/protocols/subtle/04_waterfall.ipynb #4ebb1f33
 def calibration_table(fr: pd.DataFrame, # per-query rows (oracle rows are used; restrict to one persona for Table 2)
                       prompts: tuple=('v1', 'v2'), # (soft, strong) answer prompts
-                      n_resamples: int=10_000, seed: int=0, ci: float=0.95 # bootstrap resamples, seed, confidence level
+                      n_resamples: int=10_000, seed: int=0, ci: float=0.95, # bootstrap resamples, seed, confidence level
+                      min_n: Optional[int]=None # fewest (paired) queries for a CI; None: `memlab.stats.MIN_N_CI`
                      ) -> pd.DataFrame:
     "Oracle accuracy per model and prompt with CIs, plus strong − soft differences with paired-bootstrap CIs per model."
     o = check_frame(fr)
     o = o[o['setting'] == 'oracle']
-    acc = accuracy_table(o, ('model', 'prompt'), n_resamples, seed, ci).assign(unpaired=0)
+    acc = accuracy_table(o, ('model', 'prompt'), n_resamples, seed, ci, min_n=min_n).assign(unpaired=0)
     soft, strong = prompts; rows = []
     for model, g in o.groupby('model', sort=True):
         a, b = g[g['prompt'] == strong], g[g['prompt'] == soft]
@@ -251,8 +259,8 @@ def calibration_table(fr: pd.DataFrame, # per-query rows (oracle rows are used; 
         unpaired = len(a) + len(b) - 2 * len(m)
         y, z, qid = m['correct'].to_numpy(float), m['correct_soft'].to_numpy(float), m['query_id'].to_numpy()
         for level, value, k, strata in _cells(m, True):
-            r = paired_bootstrap_diff(y[k], z[k], qid[k], n_resamples, ci, seed, strata)
-            rows.append((model, f'{strong} - {soft}', level, value, r.estimate, r.lo, r.hi, r.n, unpaired))
+            r = paired_bootstrap_diff(y[k], z[k], qid[k], n_resamples, ci, seed, strata, min_n=min_n)
+            rows.append((model, f'{strong} - {soft}', level, value, r.estimate, r.lo, r.hi, r.n, r.note, unpaired))
     return pd.concat([acc, pd.DataFrame(rows, columns=list(acc.columns))], ignore_index=True)
 
 # %% ../../../nbs/protocols/subtle/04_waterfall.ipynb #719f0179
@@ -267,7 +275,8 @@ def best_system(fr: pd.DataFrame # per-query rows of one (model, prompt)
 def paired_oracle(fr: pd.DataFrame, # per-query rows
                   n_resamples: int=10_000, seed: int=0, # paired bootstrap resamples and seed
                   alpha: float=0.05, # family-wise error rate (Holm)
-                  stratify: bool=True # stratify the difference's bootstrap by relation type
+                  stratify: bool=True, # stratify the difference's bootstrap by relation type
+                  min_n: Optional[int]=None # fewest aligned queries for the CI and the p-value; None: the `memlab.stats` minimums
                  ) -> pd.DataFrame:
     "Oracle vs the best non-oracle system per model and prompt: McNemar b, c, p with Holm, and oracle − best with a paired bootstrap CI."
     fr, rows = check_frame(fr), []
@@ -279,9 +288,10 @@ def paired_oracle(fr: pd.DataFrame, # per-query rows
         m = o.merge(s[['query_id', 'correct']], on='query_id', suffixes=('', '_best'))
         if not len(m): raise ValueError(f'paired_oracle: oracle and {best!r} share no query ids for {model} · {prompt}')
         y, z = m['correct'].to_numpy(float), m['correct_best'].to_numpy(float)
-        t = mcnemar_exact(y, z)
-        r = paired_bootstrap_diff(y, z, m['query_id'].to_numpy(), n_resamples, 0.95, seed, m['relation_type'].to_numpy() if stratify else None)
-        rows.append((model, prompt, best, len(m), len(o) + len(s) - 2 * len(m), y.mean(), z.mean(), r.estimate, r.lo, r.hi, t.b, t.c, t.pvalue))
-    out = pd.DataFrame(rows, columns=['model', 'prompt', 'best', 'n', 'unpaired', 'acc_oracle', 'acc_best', 'diff', 'lo', 'hi', 'b', 'c', 'p'])
+        t = mcnemar_exact(y, z, min_n)
+        r = paired_bootstrap_diff(y, z, m['query_id'].to_numpy(), n_resamples, 0.95, seed, m['relation_type'].to_numpy() if stratify else None, min_n=min_n)
+        rows.append((model, prompt, best, len(m), len(o) + len(s) - 2 * len(m), y.mean(), z.mean(), r.estimate, r.lo, r.hi, t.b, t.c, t.pvalue,
+                     r.note or t.note))
+    out = pd.DataFrame(rows, columns=['model', 'prompt', 'best', 'n', 'unpaired', 'acc_oracle', 'acc_best', 'diff', 'lo', 'hi', 'b', 'c', 'p', 'note'])
     out['p_holm'], out['reject'] = holm(out['p'].to_numpy(), alpha) if len(out) else ([], [])
-    return out
+    return out[[c for c in out.columns if c != 'note'] + ['note']]
