@@ -4,21 +4,23 @@
 
 # %% ../../../nbs/protocols/subtle/02_answer.ipynb #123cf2ba
 from __future__ import annotations
-import re
+import calendar, re
 from dataclasses import dataclass, replace
 from typing import Literal, Optional
 from ...core import Evidence, Instance, Query, Session, QueryView, Step, OFFLINE_LABEL
-from ...memory import Memory, terms
+from ...memory import Memory, terms, STOPWORDS
 from ...agent import Policy, POLICIES, Answer, Search
 from ...llm import LLMPolicy
-from ...reader import Sentence, read_units, read_question, weigh, candidate
+from ...reader import Sentence, read_units, read_question, weigh, rterms
+from wordfreq import zipf_frequency
 from ...runner import EVIDENCE, EvidenceView
 
 # %% auto #0
-__all__ = ['V1_CONCISE', 'V2_CONFLICT_AUDITOR', 'ANSWER_PROMPTS', 'PROMPT_NAMES', 'RELATION_TIERS', 'CLARIFY', 'answer_prompt',
-           'oracle_transcript', 'oracle_setting', 'format_context', 'clean_answer', 'SubtleAnswerModel', 'RelationTier',
-           'evidence_sentences', 'stated_time', 'anchored', 'distinguished', 'parallel', 'relation_answer',
-           'SubtleReader']
+__all__ = ['V1_CONCISE', 'V2_CONFLICT_AUDITOR', 'ANSWER_PROMPTS', 'PROMPT_NAMES', 'RELATION_TIERS', 'CLARIFY', 'COMMON_ZIPF',
+           'answer_prompt', 'oracle_transcript', 'oracle_setting', 'format_context', 'clean_answer',
+           'SubtleAnswerModel', 'RelationTier', 'evidence_sentences', 'stated_time', 'time_anchored',
+           'context_anchored', 'anchored', 'distinguished', 'negative', 'additive', 'common', 'value_of',
+           'relation_answer', 'SubtleReader']
 
 # %% ../../../nbs/protocols/subtle/02_answer.ipynb #475c6bcb
 V1_CONCISE = """You are a helpful personal assistant. You are very good at distinguishing detailed conflicts and relationships in memory, then using those memories to answer questions or complete tasks.
@@ -178,11 +180,11 @@ def evidence_sentences(units: list[Evidence] # what the answer step read
         for line in u.text.split('\n')[1:]:
             if (m := _TRANSCRIPT.match(line)): role, date = m.group(1), m.group(2); continue
             if role is None or not line.strip(): continue
-            out += [Sentence(s, role, date, len(out), frozenset(terms(s))) for s in _SPLIT.split(line.strip()) if s]
+            out += [Sentence(s, role, date, len(out), frozenset(rterms(s))) for s in _SPLIT.split(line.strip()) if s]
     return out + [Sentence(s.text, s.role, s.date, len(out) + s.order, s.terms) for s in read_units(plain)]
 
 # %% ../../../nbs/protocols/subtle/02_answer.ipynb #4bf59662
-_NOW = re.compile(r"\b(now|currently|current|these days|today|still|anymore|at the moment|nowadays|at present)\b", re.I)
+_NOW = re.compile(r"\b(now|currently|current|these days|today|still|anymore|at the moment|nowadays|at present|present|right now)\b", re.I)
 _YEAR = re.compile(r'\b(19|20)\d\d\b')
 _COND = re.compile(r"\b(?:at|for|in|on|during|when|as|while|within)\s+((?:[A-Za-z'-]+\s*){1,3})", re.I)
 
@@ -191,30 +193,101 @@ def stated_time(s: Sentence) -> tuple:
     years = [int(m.group(0)) for m in _YEAR.finditer(s.text)]
     return (max(years) if years else 0, s.date or '')
 
-def anchored(question: str, # the query
-             options: list[tuple] # (sentence, value) pairs that compete
-            ) -> Optional[tuple]:
-    "The option the question's time or context anchor selects, or None."
+def time_anchored(question: str, # the query
+                  options: list[tuple] # (sentence, value) pairs that compete
+                 ) -> Optional[tuple]:
+    "The option the question's time anchor selects: the statement naming its year, or the latest stated for 'now'; else None."
     years = {int(m.group(0)) for m in _YEAR.finditer(question)}
     if years:
         hit = [o for o in options if years & {int(m.group(0)) for m in _YEAR.finditer(o[0].text)}]
         if len(hit) == 1: return hit[0]
     if _NOW.search(question): return max(options, key=lambda o: stated_time(o[0]))
+    return None
+
+def context_anchored(question: str, # the query
+                     options: list[tuple] # (sentence, value) pairs that compete
+                    ) -> Optional[tuple]:
+    "The one option holding the terms of the question's condition phrase (at home, for the robotics course), else None."
     cond = {t for m in _COND.finditer(question) for t in terms(m.group(1))}
     hit = [o for o in options if cond & o[0].terms]
     return hit[0] if len(hit) == 1 else None
 
+def anchored(question: str, # the query
+             options: list[tuple] # (sentence, value) pairs that compete
+            ) -> Optional[tuple]:
+    "The option the question's time or context anchor selects, or None."
+    return time_anchored(question, options) or context_anchored(question, options)
+
 def distinguished(content: list[str], # the question's content terms
                   options: list[tuple] # (sentence, value) pairs that say the same slot
                  ) -> Optional[tuple]:
-    "The one parallel statement holding question terms no other holds (the robotics course, not the data science one), or None."
+    "The one statement holding question terms no other holds (the robotics course, not the data science one), or None."
     own = [o for o in options if set(content) & o[0].terms - set().union(*(p[0].terms for p in options if p is not o))]
     return own[0] if len(own) == 1 else None
 
-def parallel(a: Sentence, b: Sentence, va: str, vb: str) -> bool:
-    "The same slot said twice: without their values, the statements share at least half their terms."
-    x, y = a.terms - set(terms(va)), b.terms - set(terms(vb))
-    return bool(x | y) and len(x & y) / len(x | y) >= 0.5
+
+# %% ../../../nbs/protocols/subtle/02_answer.ipynb #04ebd2a2
+_NEG = re.compile(r"\b(?:not|never|no|cannot|can't|don't|doesn't|won't|mustn't|avoid\w*|without|off limits|bann?(?:ed)?|allergic|"
+                  r"leave out|stay (?:out|away)|keep (?:it |them )?away|exclude\w*|skip)\b", re.I)
+_ADD = re.compile(r"\b(?:also|too|as well|another|second|extra|additional|added|on top of|besides|in addition)\b", re.I)
+
+def negative(text: str) -> bool:
+    "The text says what is not, or what to avoid (not, never, cannot, avoid, off limits, banned, leave out, ...)."
+    return bool(_NEG.search(text))
+
+def additive(text: str) -> bool:
+    "The statement adds to something said before (also, another, a second, extra, on top of, ...)."
+    return bool(_ADD.search(text))
+
+_MONTHS = '|'.join(calendar.month_name[1:])
+_TIMEVAL = re.compile(rf"\b(?:(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)days?(?:\s+(?:at|from)\s+\d{{1,2}}(?::\d\d)?(?:\s*[ap]\.?m\.?)?)?"
+                      rf"|\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?(?:{_MONTHS})(?:,?\s+\d{{4}})?|(?:{_MONTHS})\s+\d{{1,2}}(?:st|nd|rd|th)?\b(?:,?\s+\d{{4}})?"
+                      rf"|\d{{1,2}}:\d\d(?:\s*[ap]\.?m\.?)?)")
+_NAMEVAL = re.compile(r"(?<![\w'])[A-Z][\w'\-]*(?:\s+(?:of\s+|de\s+|van\s+|von\s+)?[A-Z][\w'\-]*)*")
+_CALENDAR = re.compile(rf"^(?:{_MONTHS}|(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)days?)$")
+_WORD = re.compile(r"[A-Za-z][\w'\-]*|\d[\d:.,]*")
+_CLAUSE = re.compile(r'[:;,]|\b(?:so|but|and then)\b')
+COMMON_ZIPF = 4.5   # a word at least this frequent in English (wordfreq's Zipf scale) is an ordinary word, not a name
+
+def common(word: str) -> bool:
+    "An ordinary English word (wordfreq Zipf frequency >= COMMON_ZIPF): capitalized at a sentence start, it names nothing."
+    return zipf_frequency(word.lower(), 'en') >= COMMON_ZIPF
+
+def value_of(text: str, # a statement
+             qterms: set, # the question's terms: a value is what the statement adds to them
+             neg: bool=False # the question asks what to avoid: read the clause that excludes first
+            ) -> Optional[str]:
+    "The value a statement gives: a day, time or date it names, else a name, else the run of content words holding its rarest word."
+    own = lambda span: not set(terms(span)) <= qterms
+    times = [m for m in _TIMEVAL.finditer(text) if own(m.group(0))]
+    if times: return times[0].group(0)
+    start = len(text) - len(text.lstrip(' "\'“'))
+    names = []
+    for m in _NAMEVAL.finditer(text):
+        span, words = m.group(0), m.group(0).split()
+        if m.start() == start and (words[0].lower() in STOPWORDS or (len(words) == 1 and common(words[0]))):   # 'The', 'Quick'
+            words = words[1:]
+            if not words: continue
+            span = span[span.index(words[0]):]
+        if span in ('I', "I'm", "I've", "I'd", "I'll") or _CALENDAR.match(span) or not own(span): continue
+        names.append(span)
+    if names: return names[-1]
+    clauses = [c for c in _CLAUSE.split(text) if c.strip()]
+    for c in sorted(clauses, key=lambda c: not (neg and negative(c))):          # a question about what to avoid: the clause that excludes
+        cues = {w.lower() for m in _NEG.finditer(c) for w in m.group(0).split()}
+        runs, run = [], []
+        for w in _WORD.findall(c):
+            t = terms(w)
+            if not t or set(t) <= qterms or w.lower() in cues or w.lower().endswith('ly'): (runs.append(run) if run else None); run = []
+            else: run.append(w)
+        if run: runs.append(run)
+        if runs:
+            best = min(runs, key=lambda r: min(zipf_frequency(w.lower(), 'en') for w in r))   # the run holding its rarest word
+            while len(best) > 1 and zipf_frequency(best[0].lower(), 'en') >= 5.0: best = best[1:]   # 'eat seitan': the thing, not the verb
+            while len(best) > 1 and zipf_frequency(best[-1].lower(), 'en') >= 5.0: best = best[:-1]
+            return ' '.join(best)
+    return None
+
 
 # %% ../../../nbs/protocols/subtle/02_answer.ipynb #482cd471
 def relation_answer(question: str, # the query
@@ -223,7 +296,6 @@ def relation_answer(question: str, # the query
                    ) -> str:
     "The offline reader's answer: one value, an aggregate, an anchored choice, the latest, or a clarification request."
     qi = read_question(question)
-    if qi.atype == 'date': qi = replace(qi, atype='span')   # "when" asks for a stated day or time (Friday), not a session date
     if not sents or not qi.content: return "I don't know"
     w = weigh(qi, sents); tot = sum(w.values())
     scored = [(sum(w[t] for t in qi.content if t in s.terms) / tot, s) for s in sents]
@@ -231,21 +303,29 @@ def relation_answer(question: str, # the query
     scored = users or [(c, s) for c, s in scored if c > 0]
     if not scored: return "I don't know"
     top = max(c for c, _ in scored)
+    ranked = sorted(scored, key=lambda cs: (-cs[0], cs[1].order))
+    topic = set(qi.content) & ranked[0][1].terms                                   # what the best match is about
+    rel = [s for c, s in ranked if c >= 0.4 * top and topic & s.terms]
+    if tier.anchors and negative(question) and any(negative(s.text) for s in rel):   # "what must I avoid": the statement that excludes
+        rel = [s for s in rel if negative(s.text)]
+    qterms = set(terms(question))
     opts, seen = [], set()
-    for c, s in sorted(scored, key=lambda cs: (-cs[0], cs[1].order)):
-        if c < 0.4 * top: break
-        v = candidate(s, qi)
-        if v and v.lower() not in seen: seen.add(v.lower()); opts.append((s, v))
+    for s in rel:
+        v = value_of(s.text, qterms, negative(question))
+        if not v or v.lower() in seen: continue
+        same = next((i for i, (_, u) in enumerate(opts) if set(terms(v)) <= set(terms(u)) or set(terms(u)) <= set(terms(v))), None)
+        if same is None: seen.add(v.lower()); opts.append((s, v))
+        elif len(v) > len(opts[same][1]): opts[same] = (s, v)            # 'Victorialand' and 'South Victorialand': one value
     if not opts: return "I don't know"
     if len(opts) == 1 or not (tier.aggregate or tier.anchors or tier.latest): return opts[0][1]
-    if tier.anchors and (hit := anchored(question, opts)): return f'{hit[1]} ({hit[0].text})'
-    clash = any(parallel(a, b, va, vb) for i, (a, va) in enumerate(opts) for b, vb in opts[i + 1:])
-    if clash and tier.anchors and (hit := distinguished(qi.content, opts)): return f'{hit[1]} ({hit[0].text})'
-    if clash and tier.clarify:
-        return f"{CLARIFY} The context gives conflicting remembered answers: {' and '.join(v for _, v in opts)}."
-    if clash or (tier.latest and not tier.aggregate):
-        s, v = max(opts, key=lambda o: stated_time(o[0])); return v
-    return f"{' and '.join(v for _, v in opts)}: {' '.join(s.text for s, _ in opts)}"
+    both = ' and '.join(v for _, v in opts)
+    if tier.anchors and (hit := time_anchored(question, opts)): return hit[1]
+    if tier.aggregate and any(additive(s.text) for s, _ in opts): return both
+    if tier.anchors and (hit := context_anchored(question, opts) or distinguished(qi.content, opts)): return hit[1]
+    if tier.clarify: return f"{CLARIFY} The context gives conflicting remembered answers: {both}."
+    if tier.latest: return max(opts, key=lambda o: stated_time(o[0]))[1]
+    return both
+
 
 # %% ../../../nbs/protocols/subtle/02_answer.ipynb #6c1ac47d
 @POLICIES.register('subtlememory-reader')
