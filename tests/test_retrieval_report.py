@@ -164,3 +164,12 @@ def test_ceiling_line_on_the_subtlememory_excerpt(tmp_path):
     assert acc < CEILING and line.startswith(f'offline reader ceiling {acc:.2f} (gold evidence)'), (acc, line)
     t = retrieval_report(st)                              # the oracle hands over exactly the target sessions
     assert t['preservation'].tolist() == [1.0] and t['n'].iloc[0] == sum(bool(q.evidence) and not q.abstention for i in insts for q in i.queries)
+
+
+def test_a_weaker_tier_below_the_ceiling_does_not_speak_for_the_reader(synth):
+    "The weak and medium tiers fail some question types by design: the reader's ceiling is the best its tiers reach."
+    st, _ = synth
+    fr = results_frame(st)
+    weak = fr.assign(policy=fr['policy'] + '-weaker', correct=False)                 # a tier that reads nothing right
+    assert reader_ceiling_line(weak) is not None                                       # alone, it is below the ceiling
+    assert reader_ceiling_line(pd.concat([fr, weak], ignore_index=True)) is None       # beside a tier that reads gold right
