@@ -126,9 +126,10 @@ def subtle_answer(prompt: str) -> str:
 
 _MG_JUDGE = re.compile(r'Gold answer: (.*?)\nPredicted answer: (.*?)\nQuestion:', re.S)
 _MG_FACT = re.compile(r'## Grounding Fact\n(.*?)\n\n## Agent.s Answer\n(.*?)\n\n## Question', re.S)
+_MG_NOISE = re.compile(r'## Distractor \(INCORRECT information\)\n(.*?)\n\n## Agent.s Answer\n(.*?)\n\n## Question', re.S)
 
 def memgym_reply(prompt: str) -> Optional[str]:
-    "Fake MemGym model: the tracks' offline reasoners answer the evicted prompts; the answer and fact judges grade by containment."
+    "Fake MemGym model: the tracks' offline reasoners answer the evicted prompts; the answer, fact and noise judges grade by containment."
     if 'Earlier search results have been removed from your context' in prompt:
         from memlab.protocols.memgym.dr import OfflineDRReasoner
         return OfflineDRReasoner()(prompt.strip())
@@ -140,6 +141,10 @@ def memgym_reply(prompt: str) -> Optional[str]:
         from memlab.memory import terms
         want, got = set(terms(m[1])), set(terms(m[2]))
         return json.dumps({'contains_fact': bool(want) and len(want & got) >= 0.6 * len(want), 'confidence': 1.0, 'explanation': 'fake'})
+    if (m := _MG_NOISE.search(prompt)):
+        from memlab.memory import terms
+        wrong, got = set(terms(m[1])), set(terms(m[2]))
+        return json.dumps({'misled': bool(wrong) and len(wrong & got) >= 0.6 * len(wrong), 'confidence': 1.0, 'explanation': 'fake'})
     return None
 
 def judge_reply(prompt: str) -> str:

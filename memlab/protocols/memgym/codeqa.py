@@ -16,14 +16,14 @@ __all__ = ['FactCategory', 'Relevance', 'DistractorSource', 'FACT_CATEGORIES', '
            'KEEP_MIN_CRITICAL', 'CODING_QA_ANSWER_PROMPT', 'FACT_JUDGE_PROMPT', 'NOISE_JUDGE_PROMPT',
            'EVICTED_ANSWER_QA_PROMPT_MEMORY_ONLY', 'EVICTED_ANSWER_QA_PROMPT', 'REPO_CONTEXT_CAP', 'FILE_CHAR_CAP',
            'FULL_CONTEXT_CAP', 'ANSWERER_CHAR_CAP', 'JUDGE_ANSWER_CAP', 'DISTRACTOR_CAP', 'TERM_RECALL', 'BUDGETS',
-           'BUG_KINDS', 'CHARS_PER_GROUP', 'MAX_GROUPS', 'NOTE_BUDGET', 'INSUFFICIENT', 'CORRECT_AT', 'VERDICTS',
-           'CHECKS', 'GroundingFact', 'DistractorFact', 'QAPair', 'CodingQAInstance', 'critical_memory_only',
-           'keep_rule', 'validate_codeqa', 'format_memory_files', 'format_repo_files', 'answer_prompt',
-           'fact_judge_prompt', 'noise_judge_prompt', 'parse_answer_reply', 'parse_fact_reply', 'parse_noise_reply',
-           'llm_fact_judge', 'llm_noise_judge', 'key_tokens', 'carries', 'offline_fact_judge', 'offline_noise_judge',
-           'make_patch', 'instance_tokens', 'without_distractors', 'synth_codeqa', 'document_groups', 'clip_notes',
-           'evicted_prompt', 'parse_prompt', 'evidence_units', 'OfflineCodeQAReasoner', 'score_pair', 'score_instance',
-           'verify_pair', 'verify_all', 'table10']
+           'BUG_KINDS', 'PHRASINGS', 'CHARS_PER_GROUP', 'MAX_GROUPS', 'NOTE_BUDGET', 'INSUFFICIENT', 'CORRECT_AT',
+           'VERDICTS', 'CHECKS', 'GroundingFact', 'DistractorFact', 'QAPair', 'CodingQAInstance',
+           'critical_memory_only', 'keep_rule', 'validate_codeqa', 'format_memory_files', 'format_repo_files',
+           'answer_prompt', 'fact_judge_prompt', 'noise_judge_prompt', 'parse_answer_reply', 'parse_fact_reply',
+           'parse_noise_reply', 'llm_fact_judge', 'llm_noise_judge', 'key_tokens', 'carries', 'offline_fact_judge',
+           'offline_noise_judge', 'make_patch', 'instance_tokens', 'without_distractors', 'synth_codeqa',
+           'document_groups', 'clip_notes', 'evicted_prompt', 'parse_prompt', 'evidence_units', 'OfflineCodeQAReasoner',
+           'score_pair', 'score_instance', 'verify_pair', 'verify_all', 'table10']
 
 # %% ../../../nbs/protocols/memgym/04_codeqa.ipynb #a13d1fea
 FactCategory = Literal['user_requirement', 'bug_description', 'repro_condition', 'error_detail', 'debug_finding',
@@ -412,7 +412,7 @@ _MODULES = ('merge', 'ingest', 'windows', 'quota', 'registry', 'ledger', 'batchi
 # %% ../../../nbs/protocols/memgym/04_codeqa.ipynb #bfec48b2
 _KINDS = {
  'window': dict(
-    verbs=('stitch', 'chunk', 'pack', 'tile', 'slice'), name='{verb}_{nouns}', const='WINDOW_SIZE', values=(16, 24, 32, 48, 64),
+    verbs=('stitch', 'chunk', 'pack', 'tile', 'slice'), name='{verb}_{nouns}', const='WINDOW_SIZE', values=tuple(range(16, 129, 8)),
     code='''{const} = {value}
 
 
@@ -432,7 +432,7 @@ def {func}({nouns}, size={const}):
     task='Totals from the nightly {job} job are sometimes one {noun} short after large imports; find out why.',
     sibling_doc='Drop the trailing {noun} of a batch when it holds fewer than {small} {nouns}.'),
  'quota': dict(
-    verbs=('admit', 'accept', 'reserve', 'enqueue'), name='{verb}_{noun}', const='QUOTA_LIMIT', values=(50, 100, 200, 250, 500),
+    verbs=('admit', 'accept', 'reserve', 'enqueue'), name='{verb}_{noun}', const='QUOTA_LIMIT', values=tuple(range(50, 501, 25)),
     code='''{const} = {value}
 
 
@@ -449,7 +449,7 @@ def {func}(used, limit={const}):
     task='Some tenants get one more {noun} than their quota allows; find out why.',
     sibling_doc='Allow one {noun} above {const} as a grace margin for retried requests.'),
  'default_list': dict(
-    verbs=('track', 'remember', 'collect', 'note'), name='{verb}_{noun}', const='MAX_TRACKED', values=(256, 512, 1024, 4096),
+    verbs=('track', 'remember', 'collect', 'note'), name='{verb}_{noun}', const='MAX_TRACKED', values=tuple(range(256, 4097, 256)),
     code='''{const} = {value}
 
 
@@ -468,7 +468,7 @@ def {func}(key, seen=[]):
     task='Counts reported by {caller} grow on every run inside the same worker; find out why.',
     sibling_doc='Keep `seen` across calls so that repeated keys are counted once per worker.'),
  'case': dict(
-    verbs=('resolve', 'lookup', 'fetch', 'find'), name='{verb}_{noun}', const='CACHE_SLOTS', values=(64, 128, 512, 2048),
+    verbs=('resolve', 'lookup', 'fetch', 'find'), name='{verb}_{noun}', const='CACHE_SLOTS', values=tuple(range(64, 2049, 64)),
     code='''{const} = {value}
 
 
@@ -485,7 +485,23 @@ def {func}(name, table):
     task='Some {nouns} cannot be found by name although they are registered; find out why.',
     sibling_doc='Store every {noun} under its name in lower case, evicting the oldest beyond {const}.'),
 }
+_PHRASING_B = {   # phrasing 'b' of the kind-specific statements and question, written independently of the 'a' wording above
+ 'window': dict(repro_b='Only batches whose final window contains exactly one {noun} break {func}; {n_fail} {nouns} was the smallest batch that failed.',
+        debug_b='Tracing by {dev} showed that {func} ends its loop one step too soon, so {helper} never receives a trailing window of one {noun}.',
+        api_q_b='how does {func} split {nouns} up, and what is done with every group'),
+ 'quota': dict(repro_b='Only tenants that have consumed exactly {value} {nouns} trigger the {func} bug; with {n_less} {nouns} used, nothing goes wrong.',
+        debug_b='Tracing by {dev} showed that {func} still says True when usage equals the limit, which lets an extra {noun} through.',
+        api_q_b='under which condition does {func} answer True'),
+ 'default_list': dict(repro_b='Only a second call of {func} inside one worker process triggers the bug, and that call reports {n_fail} {nouns} more than it should.',
+        debug_b='Tracing by {dev} showed that the default list of {func} is built once when the module loads and then reused by all calls in the worker.',
+        api_q_b='what value comes back from {func} once a key has been recorded'),
+ 'case': dict(repro_b="Only names containing upper-case letters trigger the {func} bug, for example '{Name}' coming from the {site} feed.",
+        debug_b='Tracing by {dev} showed that {sibling} saves keys lower-cased while {func} looks names up unchanged.',
+        api_q_b='what comes back from {func}, and what is the size limit of the registry'),
+}
+for _k, _v in _PHRASING_B.items(): _KINDS[_k].update(_v)
 BUG_KINDS = tuple(_KINDS)
+PHRASINGS = ('a', 'b')   # the wording sets of facts and questions (`synth_codeqa(phrasing=...)`)
 
 # %% ../../../nbs/protocols/memgym/04_codeqa.ipynb #9f7e527d
 def _story(seed: int, i: int, attempt: int=0) -> dict:
@@ -564,8 +580,14 @@ def make_patch(before: dict[str, str], # path -> text
     return ''.join(out)
 
 # %% ../../../nbs/protocols/memgym/04_codeqa.ipynb #34b542d3
-def _facts(s: dict) -> list[GroundingFact]:
-    "The eight grounding facts of a story (labels checked later against the repository)."
+_FACTS_B = {   # phrasing 'b' of the record's own statements (F7 and F8 quote the repository's docstrings in both sets)
+    'F1': "{customer} reconciles its {report} against {partner} totals every morning, so {func} may never drop or repeat {a_noun}.",
+    'F3': "A misbehaving {func} makes the nightly {job} job fire alert {code}, with '{log}' as the last log line.",
+    'F5': "Because the {plugin} plugin passes positional arguments to {func}, the fix has to leave its parameters as they are.",
+    'F6': "{const} stays at {value} so that the {partner2} exporter keeps working, as the team agreed."}
+
+def _facts(s: dict, phrasing: str='a') -> list[GroundingFact]:
+    "The eight grounding facts of a story in the phrasing's words (labels checked later against the repository)."
     K, core = _KINDS[s['kind']], f'{s["pkg"]}/{s["core"]}.py'
     rows = [('F1', "Our customer {customer} requires that {func} never loses or double counts {a_noun}, because their {report} is reconciled against {partner} totals every morning.",
              'the customer requirement behind {func}', 'user_requirement', False, 'critical', []),
@@ -582,7 +604,13 @@ def _facts(s: dict) -> list[GroundingFact]:
              'who calls {func}', 'api_behavior', True, 'background', [])]
     return [GroundingFact(id=i, content=_fill(c, s), topic=_fill(t, s), category=cat, discoverable=disc, relevance=rel, hunks_enabled=h,
                           evidence=f'docstring in {core if i == "F7" else s["pkg"] + "/" + s["io"] + ".py"}' if disc else 'only in the debugging record')
-            for i, c, t, cat, disc, rel, h in rows]
+            for i, c, t, cat, disc, rel, h in (rows if phrasing == 'a' else [_rephrase(r, K) for r in rows])]
+
+def _rephrase(row: tuple, K: dict) -> tuple:
+    "A fact row with its statement in phrasing 'b'."
+    i, c, *rest = row
+    c = {'F2': K['repro_b'], 'F4': K['debug_b']}.get(i) or _FACTS_B.get(i, c)
+    return (i, c.replace('{log}', K['log']), *rest)
 
 _QA = (   # (key, question template, linked facts)
     ('repro', 'Under what input condition does the {func} failure reproduce?', ['F2']),
@@ -597,13 +625,27 @@ _QA = (   # (key, question template, linked facts)
     ('debug+error+api', 'What root cause did the debugging of {func} find, which alert does the nightly {job} job raise, and {api_q}?', ['F4', 'F3', 'F7']),
     ('api', '{API_Q}?', ['F7']))
 
-def _qa_pairs(s: dict, facts: list[GroundingFact], rng: random.Random) -> list[QAPair]:
-    "6 to 8 QA pairs drawn from `_QA`, in template order."
-    fmap, api_q = {f.id: f for f in facts}, _fill(_KINDS[s['kind']]['api_q'], s)
-    picks = sorted(rng.sample(range(len(_QA)), rng.randint(6, 8)))
+_QA_B = (   # phrasing 'b': the same keys and linked facts, the questions written again
+    ('repro', 'Which inputs trigger the bug in {func}?', ['F2']),
+    ('error', 'When {func} goes wrong, what alert fires in the nightly {job} job and what is the last log line?', ['F3']),
+    ('debug', 'What did the investigation of {func} reveal as the underlying defect?', ['F4']),
+    ('customer', 'Which client needs {func} to count every {noun} exactly once, and for what reason?', ['F1']),
+    ('signature', 'Why must the fix leave the parameters of {func} as they are?', ['F5']),
+    ('constant', 'What is the reason {const} is not being changed?', ['F6']),
+    ('repro+debug', 'Which inputs trigger the bug in {func}, and what did the investigation reveal as the underlying defect?', ['F2', 'F4']),
+    ('error+customer', 'What alert fires in the nightly {job} job when {func} goes wrong, and which client needs {func} to count every {noun} exactly once?', ['F3', 'F1']),
+    ('signature+constant', 'Why must the fix leave the parameters of {func} as they are, and what is the reason {const} is not being changed?', ['F5', 'F6']),
+    ('debug+error+api', 'What did the investigation of {func} reveal as the underlying defect, what alert fires in the nightly {job} job, and {api_q}?', ['F4', 'F3', 'F7']),
+    ('api', '{API_Q}?', ['F7']))
+
+def _qa_pairs(s: dict, facts: list[GroundingFact], rng: random.Random, phrasing: str='a') -> list[QAPair]:
+    "6 to 8 QA pairs drawn from `_QA` (phrasing 'b': `_QA_B`), in template order."
+    qa = _QA if phrasing == 'a' else _QA_B
+    fmap, api_q = {f.id: f for f in facts}, _fill(_KINDS[s['kind']]['api_q' if phrasing == 'a' else 'api_q_b'], s)
+    picks = sorted(rng.sample(range(len(qa)), rng.randint(6, 8)))
     out = []
     for k, j in enumerate(picks):
-        _, q, ids = _QA[j]
+        _, q, ids = qa[j]
         linked = [fmap[x] for x in ids]
         n_mem = sum(not f.discoverable for f in linked)
         out.append(QAPair(qa_id=f'Q{k + 1}', question=_fill(q, {**s, 'api_q': api_q, 'API_Q': api_q[0].upper() + api_q[1:]}),
@@ -627,11 +669,11 @@ def _perturb(text: str, s: dict, rng: random.Random) -> str:
     text = re.sub(rf'\b{re.escape(s["func"])}\b', s['func2'], text)
     return re.sub(r'\b\d+\b', lambda m: str(int(m[0]) + rng.randint(3, 40)), text)
 
-def _distractors(s: dict, other: dict, facts: list[GroundingFact], qas: list[QAPair], rng: random.Random) -> list[DistractorFact]:
+def _distractors(s: dict, other: dict, facts: list[GroundingFact], qas: list[QAPair], rng: random.Random, phrasing: str='a') -> list[DistractorFact]:
     "Distractors of the four sources, each aimed at the QA pair its fact answers first (if drawn)."
     fmap = {f.id: f for f in facts}
     target = lambda fid: next((q.qa_id for q in qas if fid in q.linked_fact_ids), None)
-    ofacts = {f.id: f for f in _facts(other)}
+    ofacts = {f.id: f for f in _facts(other, phrasing)}
     out = [('cross_instance', ofacts['F2'].content, None), ('cross_instance', ofacts['F3'].content, None),
            ('same_repo', f'The docstring of `{s["sibling"]}` says: {_fill(_KINDS[s["kind"]]["sibling_doc"], s)}', None)]
     crit = ['F2', 'F3', 'F4', 'F1']
@@ -773,18 +815,20 @@ def _pad(inst: CodingQAInstance, budget: int, rng: random.Random) -> CodingQAIns
 
 def synth_codeqa(n: int, # instances
                  budget_tokens: int=10_000, # token budget of each instance (seed 004: 10k, 50k, 100k, 500k)
-                 seed: int=0 # the same seed gives the same instances
+                 seed: int=0, # the same seed gives the same instances
+                 phrasing: str='a' # the wording of facts and questions: 'a' or 'b' (`PHRASINGS`; same stories, names and numbers)
                 ) -> list[CodingQAInstance]:
     "`n` seeded MemGym-CodeQA instances, each scaled to `budget_tokens` with filler documents."
+    if phrasing not in PHRASINGS: raise ValueError(f'phrasing must be one of {list(PHRASINGS)}, got {phrasing!r}')
     out = []
     for i in range(n):
         for attempt in range(10):
             s, other = _story(seed, i, attempt), _story(seed, i + 1)
             rng = random.Random(f'codeqa:{seed}:{i}:{attempt}:record')
             buggy, fixed, skel = _repo(s)
-            facts = _facts(s)
-            qas = _qa_pairs(s, facts, rng)
-            ds = _distractors(s, other, facts, qas, rng)
+            facts = _facts(s, phrasing)
+            qas = _qa_pairs(s, facts, rng, phrasing)
+            ds = _distractors(s, other, facts, qas, rng, phrasing)
             base = f'{s["pkg"]}__{s["func"]}.{seed}_{i}'
             inst = CodingQAInstance(
                 instance_id=f'coding_qa__{base}', base_instance=base, task_prompt=_fill(_KINDS[s['kind']]['task'], s),
@@ -894,7 +938,8 @@ class OfflineCodeQAReasoner:
     def answer(self, question: str, evidence: str) -> dict:
         "The reply as a dict: answer, confidence and sources_used."
         units, sets, df = self._index(evidence)
-        q, N = set(terms(question)), len(units)
+        q, N = {t for t in terms(question) if t in df}, len(units)   # only terms the evidence uses tell sentences apart
+        if not q: return dict(answer=INSUFFICIENT, confidence=0.0, sources_used=[])
         w = {t: math.log((N + 1) / (df.get(t, 0) + 0.5)) for t in q}
         mass = lambda ts: math.fsum(w[t] for t in ts)     # exact sums: the same ranking whatever the set order
         total = mass(q)

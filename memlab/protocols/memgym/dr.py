@@ -15,16 +15,17 @@ from ...core import (Record, RecordError, NonNegInt, PosInt, NonEmptyStr, OFFLIN
 from ...memory import terms
 
 # %% auto #0
-__all__ = ['DISTRACTOR_SOURCES', 'ENTITY_TYPES', 'VALUE_TYPES', 'RELATIONS', 'PATTERNS', 'REAL_NAMES', 'TIERS', 'POLICY',
-           'ANSWER_JUDGE_PROMPT', 'ANSWER_JUDGE_SCHEMA', 'EVICTED_ANSWER_PROMPT', 'VISIBLE_DOCS_SECTION',
-           'NO_VISIBLE_DOCS', 'NO_NOTES_TAKEN', 'INSUFFICIENT', 'CRITERIA', 'UNPARSED', 'NO_NOTES',
-           'LONG_CONTEXT_WINDOW', 'Document', 'SearchTurn', 'GroundingFact', 'Distractor', 'EvictionPolicy',
-           'ContextTokens', 'Rubric', 'DRInstance', 'validate_dr', 'Relation', 'Entity', 'fictional_name', 'synth_dr',
-           'without_filler', 'visible_docs', 'turn_text', 'observations', 'render_memory_files', 'max_size_for',
-           'format_documents', 'evicted_answer_prompt', 'answer_judge_prompt', 'doc_prompts', 'parse_answer',
-           'parse_judge', 'answer_judge', 'parse_question', 'parse_evicted_prompt', 'OfflineDRReasoner',
-           'offline_answer_score', 'verify_scores', 'all_memory_notes', 'all_memory_prompt', 'no_memory_prompt',
-           'long_context_docs', 'long_context_prompt', 'verify', 'verify_all']
+__all__ = ['DISTRACTOR_SOURCES', 'ENTITY_TYPES', 'VALUE_TYPES', 'RELATIONS', 'PATTERNS', 'RELATIONS_B', 'PHRASINGS',
+           'QUESTION_FRAMES', 'REAL_NAMES', 'TIERS', 'POLICY', 'ANSWER_JUDGE_PROMPT', 'ANSWER_JUDGE_SCHEMA',
+           'EVICTED_ANSWER_PROMPT', 'VISIBLE_DOCS_SECTION', 'NO_VISIBLE_DOCS', 'NO_NOTES_TAKEN', 'INSUFFICIENT',
+           'RELATION_WORDS', 'VALUE_RELATIONS', 'CRITERIA', 'UNPARSED', 'NO_NOTES', 'LONG_CONTEXT_WINDOW', 'Document',
+           'SearchTurn', 'GroundingFact', 'Distractor', 'EvictionPolicy', 'ContextTokens', 'Rubric', 'DRInstance',
+           'validate_dr', 'Relation', 'Entity', 'fictional_name', 'synth_dr', 'without_filler', 'visible_docs',
+           'turn_text', 'observations', 'render_memory_files', 'max_size_for', 'format_documents',
+           'evicted_answer_prompt', 'answer_judge_prompt', 'doc_prompts', 'parse_answer', 'parse_judge', 'answer_judge',
+           'parse_question', 'parse_evicted_prompt', 'OfflineDRReasoner', 'offline_answer_score', 'verify_scores',
+           'all_memory_notes', 'all_memory_prompt', 'no_memory_prompt', 'long_context_docs', 'long_context_prompt',
+           'verify', 'verify_all']
 
 # %% ../../../nbs/protocols/memgym/03_dr.ipynb #5c4effcf
 class _DR(Record):
@@ -207,6 +208,30 @@ def _pattern(fact: str) -> re.Pattern:
 
 PATTERNS = {n: _pattern(r.fact) for n, r in RELATIONS.items()}
 
+RELATIONS_B = {   # phrasing 'b': the same relations written again, independently (other verbs, word order and nouns)
+    'founder': Relation('org', 'person', '{o} set up {s}.', 'Who set up {s}?', 'the person who set up {s}'),
+    'alma_mater': Relation('person', 'univ', '{s} earned a degree from {o}.', 'Where did {s} earn a degree?', 'the degree-granting school of {s}'),
+    'location': Relation('univ', 'city', 'The campus of {s} lies in {o}.', 'In which town is the campus of {s}?', 'the campus town of {s}'),
+    'headquarters': Relation('org', 'city', '{s} keeps its main offices in {o}.', 'Where are the main offices of {s}?', 'the city hosting the main offices of {s}'),
+    'advisor': Relation('person', 'person', '{o} supervised the doctoral thesis of {s}.', 'Who supervised the thesis of {s}?', 'the thesis supervisor of {s}'),
+    'directs': Relation('person', 'org', '{o} is run by {s}.', 'What does {s} run?', 'the body run by {s}'),
+    'developed': Relation('org', 'method', '{o} came out of the labs of {s}.', 'Which techniques came out of {s}?', 'the technique that came out of {s}'),
+    'originator': Relation('method', 'person', '{o} first proposed {s}.', 'Who first proposed {s}?', 'the person who first proposed {s}'),
+    'benchmark': Relation('method', 'dataset', 'The earliest experiments with {s} used {o}.', 'Which data did the earliest experiments with {s} use?', 'the dataset used in the earliest experiments with {s}'),
+    'publisher': Relation('dataset', 'org', 'The distributor of {s} is {o}.', 'Who distributes {s}?', 'the distributor of {s}'),
+    'mayor': Relation('city', 'person', '{o} heads the city council of {s}.', 'Who leads the city council of {s}?', 'the council leader of {s}'),
+    'rector': Relation('univ', 'person', '{o} presides over {s}.', 'Who presides over {s}?', 'the president of {s}'),
+    'population': Relation('city', 'number', '{s} is home to {o} residents.', 'How many residents does {s} have?', 'the number of residents of {s}'),
+    'founding_year': Relation('city', 'year', '{s} dates back to {o}.', 'How far back does {s} date?', 'the date of origin of {s}'),
+    'birth_year': Relation('person', 'year', "{o} is the year of {s}'s birth.", 'In which year did the life of {s} begin?', 'the year of birth of {s}'),
+    'established': Relation('univ', 'year', '{s} admitted its first students in {o}.', 'When did {s} open?', 'the opening year of {s}'),
+    'samples': Relation('dataset', 'number', '{s} holds {o} labelled items.', 'How large is {s}?', 'the item count of {s}'),
+    'staff': Relation('org', 'number', '{s} has a research staff of {o}.', 'How large is the research staff of {s}?', 'the headcount of {s}'),
+    'parameters': Relation('method', 'number', '{s} has {o} learnable weights.', 'How many weights does {s} learn?', 'the weight count of {s}'),
+}
+PHRASINGS = {'a': RELATIONS, 'b': RELATIONS_B}   # phrasing -> relations (types equal, wording independent)
+QUESTION_FRAMES = {'a': ('Who is {np}?', 'What is {np}?'), 'b': ('Name {np}.', 'Give {np}.')}   # (person object, other object)
+
 # %% ../../../nbs/protocols/memgym/03_dr.ipynb #7423e75a
 _ONSETS = ('Vel', 'Tar', 'Drel', 'Kas', 'Quor', 'Zal', 'Thu', 'Bri', 'Orv', 'Yv', 'Kel', 'Marn', 'Sev', 'Ulv', 'Grel', 'Hask',
            'Ost', 'Pel', 'Ryn', 'Skal', 'Tev', 'Wen', 'Xan', 'Ael', 'Cour', 'Dusk', 'Evr', 'Fen', 'Iss', 'Jor', 'Lurn',
@@ -274,6 +299,10 @@ def fictional_name(kind: str, # an entity type (`ENTITY_TYPES`) or a value type 
 _BACKGROUND = ('{s} is frequently cited in surveys of {topic}.', 'Several reviews of {topic} discuss {s} at length.',
                'Commentators have linked {s} to early work on {topic}.', 'Archival listings on {topic} mention {s} repeatedly.',
                'Little else about {s} is recorded in public sources.', 'Discussions of {topic} often return to {s}.')
+_BACKGROUND_B = ('{s} appears in most overviews of {topic}.', 'Few accounts of {topic} leave out {s}.',
+                 'Several essays tie {s} to the history of {topic}.', 'Catalogues on {topic} list {s} more than once.',
+                 'Beyond this, sources say little about {s}.', 'Debates on {topic} keep coming back to {s}.')
+_BACKGROUNDS = {'a': _BACKGROUND, 'b': _BACKGROUND_B}
 _TOPIC_NOUNS = ('lattice inference', 'drift calibration', 'sparse coupling', 'signal alignment', 'manifold transfer',
                 'prior elicitation', 'kernel pruning', 'sequence folding', 'graph annealing', 'spectral binding')
 _FILLER = ('Recent surveys of {a} emphasise the role of {b} in {c}.', 'A recurring question in {a} is how {b} interacts with {c}.',
@@ -305,9 +334,9 @@ def _filler_docs(rng: random.Random, tokens: int) -> list[tuple[str, str, int]]:
     return out
 
 # %% ../../../nbs/protocols/memgym/03_dr.ipynb #6ec1edec
-def _doc_text(rng, subj: str, fact: str, topic: str) -> str:
-    "A short document: `fact` between two different background sentences about `subj`."
-    a, b = rng.sample(_BACKGROUND, 2)
+def _doc_text(rng, subj: str, fact: str, topic: str, phrasing: str='a') -> str:
+    "A short document: `fact` between two different background sentences about `subj` (the phrasing's set)."
+    a, b = rng.sample(_BACKGROUNDS[phrasing], 2)
     return ' '.join([a.format(s=subj, topic=topic), fact, b.format(s=subj, topic=topic)])
 
 def _chain(rng, hops: int) -> tuple[str, list[str]]:
@@ -322,11 +351,12 @@ def _chain(rng, hops: int) -> tuple[str, list[str]]:
         rels.append(rng.choice(opts)); t = RELATIONS[rels[-1]].obj
     return start, rels
 
-def _question(e0: str, rels: list[str]) -> str:
-    "The final question: the chain's phrases nested around the start entity."
-    np = e0
-    for r in rels: np = RELATIONS[r].phrase.format(s=np)
-    return ('Who is ' if RELATIONS[rels[-1]].obj == 'person' else 'What is ') + np + '?'
+def _question(e0: str, rels: list[str], phrasing: str='a') -> str:
+    "The final question: the chain's phrases (of the phrasing's set) nested around the start entity."
+    R, np = PHRASINGS[phrasing], e0
+    for r in rels: np = R[r].phrase.format(s=np)
+    who, what = QUESTION_FRAMES[phrasing]
+    return (who if R[rels[-1]].obj == 'person' else what).format(np=np)
 
 def _memory_requirements(n: int, facts: list[dict], policy: EvictionPolicy) -> tuple[list[str], list[dict]]:
     "Facts needed at a turn whose source turn is evicted by then, and the per-turn retention map (repository rule)."
@@ -346,9 +376,9 @@ TIERS = {'natural': ('natural', 'same_topic_noise'), 'near_miss': ('sibling_near
 POLICY = EvictionPolicy(mode='full_eviction', window_size=1, allow_notes=True, notes_budget_tokens=500)
 
 def _core(rng, hops: int, docs_per_turn: int, near_miss_per_hop: int, contradicted: Optional[int],
-          copies: Sequence[int]) -> dict:
+          copies: Sequence[int], phrasing: str='a') -> dict:
     "Instance `i` without filler: chain, question, facts, turns with search results and the three signal-bearing tiers."
-    nm = _Namer(rng)
+    nm, RELATIONS = _Namer(rng), PHRASINGS[phrasing]      # the phrasing's sentences; the types are the same in every set
     topic = f'{nm.core().lower()}ian {rng.choice(_TOPIC_NOUNS)}'
     start, rels = _chain(rng, hops)
     ents = [nm.entity(start)]
@@ -361,17 +391,17 @@ def _core(rng, hops: int, docs_per_turn: int, near_miss_per_hop: int, contradict
         facts.append(dict(fact_id=fid, content=sentence, fact_type='terminal_fact' if last else 'bridge_fact',
                           source_paragraph_title=subj.name, needed_at_hop=hops - 1, first_available_at_hop=k,
                           retention_span=hops - 1 - k, is_discoverable=False, intermediate_answer='' if last else obj.name))
-        docs = [(dict(title=subj.name, text=_doc_text(rng, subj.name, sentence, topic), is_supporting=True), None)]
+        docs = [(dict(title=subj.name, text=_doc_text(rng, subj.name, sentence, topic, phrasing), is_supporting=True), None)]
         others = [m for m, x in RELATIONS.items() if x.subj == rel.subj and m != r]
         for j in range(docs_per_turn - 1):        # natural: the same search's other results
             if j % 2 == 1 and others:
                 m = rng.choice(others); s, o = subj, nm.entity(RELATIONS[m].obj)
             else: m, s, o = r, nm.entity(rel.subj), nm.entity(rel.obj)
-            docs.append((dict(title=s.name, text=_doc_text(rng, s.name, RELATIONS[m].fact.format(s=s.name, o=o.name), topic),
+            docs.append((dict(title=s.name, text=_doc_text(rng, s.name, RELATIONS[m].fact.format(s=s.name, o=o.name), topic, phrasing),
                               is_supporting=False), 'natural'))
         for _ in range(near_miss_per_hop):         # near-miss: subject perturbed, another object
             s = nm.near(subj); o = nm.entity(rel.obj)
-            docs.append((dict(title=s.name, text=_doc_text(rng, s.name, rel.fact.format(s=s.name, o=o.name), topic),
+            docs.append((dict(title=s.name, text=_doc_text(rng, s.name, rel.fact.format(s=s.name, o=o.name), topic, phrasing),
                               is_supporting=False), 'sibling_near_miss'))
         rng.shuffle(docs)
         turns.append(dict(turn_index=k, sub_query=rel.query.format(s=subj.name), sub_answer=obj.name,
@@ -386,7 +416,7 @@ def _core(rng, hops: int, docs_per_turn: int, near_miss_per_hop: int, contradict
         c = rng.choice(tuple(copies))
         where = rng.sample(allowed, min(c, len(allowed))) + [rng.choice(allowed) for _ in range(c - len(allowed))]
         for t in where:
-            d = dict(title=subj.name, text=_doc_text(rng, subj.name, claim, topic), is_supporting=False)
+            d = dict(title=subj.name, text=_doc_text(rng, subj.name, claim, topic, phrasing), is_supporting=False)
             turns[t]['documents'].insert(rng.randint(0, len(turns[t]['documents'])), d)
             extra.append((t, d, 'adversarial', f'F{k + 1}'))
             contradictions.append(dict(title=d['title'], text=d['text'], source='adversarial', contradicted_claim=claim,
@@ -396,9 +426,9 @@ def _core(rng, hops: int, docs_per_turn: int, near_miss_per_hop: int, contradict
 
 # %% ../../../nbs/protocols/memgym/03_dr.ipynb #9c1315c1
 def _instance(i: int, hops: int, budget_tokens: int, seed: int, docs_per_turn: int, near_miss_per_hop: int,
-              contradicted: Optional[int], copies: Sequence[int]) -> DRInstance:
+              contradicted: Optional[int], copies: Sequence[int], phrasing: str='a') -> DRInstance:
     "Instance `i`: the core from its own stream, then filler from a second stream, counted and validated."
-    c = _core(random.Random(f'memgym-dr:{seed}:{i}'), hops, docs_per_turn, near_miss_per_hop, contradicted, copies)
+    c = _core(random.Random(f'memgym-dr:{seed}:{i}'), hops, docs_per_turn, near_miss_per_hop, contradicted, copies, phrasing)
     turns, facts, rels, ents = c['turns'], c['facts'], c['rels'], c['ents']
     distractors = [dict(id=f'D{j + 1}', content=d['text'], source=src, target_turn=t, interferes_with=fid)
                    for j, (t, d, src, fid) in enumerate(c['extra'])]
@@ -417,7 +447,7 @@ def _instance(i: int, hops: int, budget_tokens: int, seed: int, docs_per_turn: i
     ct['total'] = sum(ct.values())
     required, per_turn = _memory_requirements(hops, facts, POLICY)
     claims = list(dict.fromkeys(x['contradicted_claim'] for x in c['contradictions']))
-    question = _question(ents[0].name, rels)
+    question = _question(ents[0].name, rels, phrasing)
     rubric = dict(expected_answer=ents[-1].name, retention_facts=[f['content'] for f in facts if not f['is_discoverable']],
                   noise_contradictions=claims,
                   temporal_facts=[dict(fact_id=f['fact_id'], retention_span=f['retention_span']) for f in facts if f['retention_span'] > 0],
@@ -444,15 +474,17 @@ def synth_dr(n: int=10, # instances to generate
              near_miss_per_hop: int=1, # near-miss rewrites added to each hop's turn
              contradicted: Optional[int]=None, # facts that get adversarial copies (None: half the hops, rounded up)
              contradiction_copies: Sequence[int]=(1, 2), # copies of one contradiction, drawn per contradicted fact
-             start: int=0 # index of the first instance (ids and streams continue a larger run)
+             start: int=0, # index of the first instance (ids and streams continue a larger run)
+             phrasing: str='a' # the wording of facts, documents and questions: 'a' or 'b' (`PHRASINGS`; same chains, same names)
             ) -> list[DRInstance]:
     "Seeded fictional MemGym-DR instances: a bridge-fact chain, one search turn per hop, four distractor tiers, filler to the budget."
     hs = (hops,) if isinstance(hops, int) else tuple(hops)
     if not hs or any(not isinstance(h, int) or not 2 <= h <= 10 for h in hs): raise ValueError(f'hops must be integers in 2..10, got {hops!r}')
     if budget_tokens < 0: raise ValueError(f'budget_tokens must be >= 0, got {budget_tokens}')
     if docs_per_turn < 1 or near_miss_per_hop < 0: raise ValueError('docs_per_turn must be >= 1 and near_miss_per_hop >= 0')
+    if phrasing not in PHRASINGS: raise ValueError(f'phrasing must be one of {sorted(PHRASINGS)}, got {phrasing!r}')
     if not contradiction_copies or min(contradiction_copies) < 1: raise ValueError(f'contradiction_copies must be numbers >= 1, got {contradiction_copies!r}')
-    return [_instance(i, hs[i % len(hs)], budget_tokens, seed, docs_per_turn, near_miss_per_hop, contradicted, contradiction_copies)
+    return [_instance(i, hs[i % len(hs)], budget_tokens, seed, docs_per_turn, near_miss_per_hop, contradicted, contradiction_copies, phrasing)
             for i in range(start, start + n)]
 
 # %% ../../../nbs/protocols/memgym/03_dr.ipynb #0490fbdd
@@ -613,20 +645,52 @@ def answer_judge(complete: Callable[[str], str] # prompt -> reply (temperature 0
     return judge
 
 # %% ../../../nbs/protocols/memgym/03_dr.ipynb #29d50bf1
-_QUESTION = re.compile(r'^(?:What|Who) is (.+)\?$')
-_PHRASES = sorted(((r.phrase.split('{s}')[0], n) for n, r in RELATIONS.items()), key=lambda t: -len(t[0]))
+RELATION_WORDS = {   # the reader's vocabulary: words (prefixes, lower case) that name a relation in any phrasing; no sentence is matched whole
+    'founder': ('founder', 'founded by', 'set up', 'creator'), 'alma_mater': ('studied', 'alma mater', 'degree', 'graduat', 'educated'),
+    'location': ('located', 'home city', 'campus', 'situated', 'location'), 'headquarters': ('headquarter', 'main office'),
+    'advisor': ('advis', 'supervis', 'mentor'), 'directs': ('direct', 'run by', 'runs'), 'developed': ('develop', 'came out'),
+    'originator': ('introduc', 'originat', 'propos', 'invent'), 'benchmark': ('benchmark', 'evaluated', 'experiment'),
+    'publisher': ('publish', 'releas', 'distribut'), 'mayor': ('mayor', 'council'), 'rector': ('rector', 'presid'),
+    'population': ('population', 'resident', 'inhabitant'), 'founding_year': ('founding year', 'founded in', 'dates back', 'date of origin'),
+    'birth_year': ('born', 'birth'), 'established': ('establish', 'first student', 'opening'), 'samples': ('sample', 'item'),
+    'staff': ('employ', 'staff', 'headcount'), 'parameters': ('parameter', 'weight')}
+VALUE_RELATIONS = frozenset(n for n, r in RELATIONS.items() if r.obj in VALUE_TYPES)   # their object is a number, not a name
+_CUES = sorted(((tuple(w.split()), n) for n, ws in RELATION_WORDS.items() for w in ws), key=lambda t: -len(''.join(t[0])))
+_WORD = re.compile(r'[A-Za-z]+')
+_SPAN = re.compile(r'[A-Z][A-Za-z]*(?:(?: of)? [A-Z][A-Za-z]*)*|\d[\d,]*\d|\d')
+_FUNCTION_WORDS = frozenset('The A An It Its This That These In On At Of About'.split())   # capitalised at a sentence's start, never a name
 _NOTES_HEAD, _TAIL = 'Your accumulated notes from previous turns:\n', '\n\nUsing your notes and any visible documents above'
 _SPLIT = re.compile(r'(?<=[.!?])\s+')
 
-def parse_question(question: str # a generated question
+def _cues(text: str) -> list[str]:
+    "The relations named in `text`, in order: at each lower-case word the longest vocabulary entry that matches there."
+    ws, out, i = _WORD.findall(text), [], 0
+    while i < len(ws):
+        hit = next(((c, n) for c, n in _CUES if all(j < len(ws) and ws[j][0].islower() and ws[j].startswith(p)
+                                                    for j, p in enumerate(c, i))), None) if ws[i][0].islower() else None
+        if hit: out.append(hit[1]); i += len(hit[0])
+        else: i += 1
+    return out
+
+def _spans(sentence: str) -> list[str]:
+    "The names (runs of capitalised words, 'of' inside) and numbers of a sentence, a leading function word dropped."
+    out = []
+    for m in _SPAN.finditer(sentence):
+        s = m[0].split(' ')
+        while s and s[0] in _FUNCTION_WORDS: s = s[1:]
+        if s: out.append(' '.join(s))
+    return out
+
+def _is_number(s: str) -> bool: return s[:1].isdigit()
+
+def parse_question(question: str # a generated question, in any phrasing
                   ) -> Optional[tuple[str, list[str]]]:
-    "The start entity and the relations of each hop (first hop first), or None if the question is not of that shape."
-    m = _QUESTION.match(question.strip())
-    if not m: return None
-    rest, rels = m[1], []
-    while (p := next(((p, n) for p, n in _PHRASES if rest.startswith(p)), None)):
-        rels.append(p[1]); rest = rest[len(p[0]):]
-    return (rest, rels[::-1]) if rels and rest else None
+    "The start entity (the question's last name) and the relations of each hop (first hop first, the nearest word to it), or None."
+    names = [m for m in _SPAN.finditer(question) if not _is_number(m[0])]
+    if not names: return None
+    start = _spans(names[-1][0])
+    rels = _cues(question[:names[-1].start()])
+    return (start[0], rels[::-1]) if rels and start else None
 
 def parse_evicted_prompt(prompt: str # an EVICTED_ANSWER_PROMPT
                         ) -> tuple[str, str, str]:
@@ -649,11 +713,16 @@ def _sentences(text: str) -> list[str]:
     return out
 
 def _objects(sents: list[str], rel: str, subj: str) -> list[str]:
-    "Objects of the sentences stating `rel` about `subj`, in order (names compared case-insensitively)."
-    key, pat, out = subj.lower(), PATTERNS[rel], []
+    "Objects of the statements (not questions) naming `rel` and `subj`: the sentence's other name, or number for a value relation."
+    key, out, value = subj.lower(), [], rel in VALUE_RELATIONS
     for s in sents:
-        if key in s.lower() and (m := pat.match(s)) and m['s'].strip().lower() == key: out.append(m['o'].strip())
+        if key not in s.lower() or '?' in s or rel not in _cues(s): continue
+        spans = _spans(s)
+        if key not in (x.lower() for x in spans): continue
+        objs = [x for x in spans if x.lower() != key and _is_number(x) == value]
+        if objs: out.append(objs[0])
     return out
+
 
 # %% ../../../nbs/protocols/memgym/03_dr.ipynb #efd7c3fd
 class OfflineDRReasoner:

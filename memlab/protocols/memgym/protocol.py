@@ -19,10 +19,11 @@ import memlab.protocols.memgym.strategies  # noqa: F401  (registers the strategi
 from . import dr as DR, codeqa as CQ
 
 # %% auto #0
-__all__ = ['EPISODE_COLUMNS', 'MEMGYM_PARAMS', 'dr_instances', 'codeqa_instances', 'dr_candidates', 'memgym_dr_dataset',
-           'memgym_codeqa_dataset', 'session_message', 'context_refs', 'rebuild_context', 'ManagedContext',
-           'answer_prompt', 'MemGymAnswer', 'MemGymOfflineJudge', 'MemGymLLMJudge', 'episode_frame', 'instance_frame',
-           'distractor_table', 'compression_table', 'MemGymParams', 'check_params']
+__all__ = ['CEILING_NOTES', 'EPISODE_COLUMNS', 'MEMGYM_PARAMS', 'dr_instances', 'codeqa_instances', 'dr_candidates',
+           'memgym_dr_dataset', 'memgym_codeqa_dataset', 'session_message', 'context_refs', 'rebuild_context',
+           'ManagedContext', 'answer_prompt', 'MemGymAnswer', 'MemGymOfflineJudge', 'MemGymLLMJudge', 'ceiling_items',
+           'memgym_ceiling', 'episode_frame', 'instance_frame', 'distractor_table', 'compression_table', 'MemGymParams',
+           'check_params']
 
 # %% ../../../nbs/protocols/memgym/06_protocol.ipynb #dff1712e
 def _tag(iid: str, budget: Optional[int]) -> str:
@@ -68,9 +69,10 @@ def codeqa_instances(insts: list, # CodingQAInstance records (`codeqa.synth_code
         out.append(Instance(id=iid, sessions=ses, queries=qs, meta=dict(track='codeqa', budget=budget or c.target_tokens)))
     return out
 
-def dr_candidates(n: int, hops: list[int], budget_tokens: int, seed: int) -> list:
+def dr_candidates(n: int, hops: list[int], budget_tokens: int, seed: int, phrasing: str='a') -> list:
     "The generator's DR instances, `n` per hop count (what the verifier checks and the dataset kind reads)."
-    return [d for j, h in enumerate(hops) for d in DR.synth_dr(n, hops=(h,), budget_tokens=budget_tokens, seed=seed + 1000 * j, start=1000 * j)]
+    return [d for j, h in enumerate(hops) for d in DR.synth_dr(n, hops=(h,), budget_tokens=budget_tokens, seed=seed + 1000 * j, start=1000 * j,
+                                                               phrasing=phrasing)]
 
 @DATASETS.register('memgym-dr')
 def memgym_dr_dataset(n: int=8, # instances per hop count
@@ -244,6 +246,64 @@ class MemGymLLMJudge(_MemGymJudge):
         v = [CQ.parse_fact_reply(ask(CQ.fact_judge_prompt(CQ.GroundingFact(**f), answer, query.question))) for f in query.meta['linked_facts']]
         if any(x is None for x in v): return None
         return sum(bool(x['contains_fact'] if isinstance(x, dict) else x) for x in v) / len(v)
+
+# %% ../../../nbs/protocols/memgym/06_protocol.ipynb #a071ad14
+CEILING_NOTES = {'gold': 'the perfect memory: the bridge facts (DR) or the linked facts (CodeQA) as the notes', 'empty': 'no notes (the None control)'}
+
+def _ceiling_qtype(q: Query) -> str:
+    "DR's hop stratum ('3-hop', '4-hop', '5/6-hop') or CodeQA's 'single-fact' / 'multi-fact'."
+    if q.meta['track'] == 'dr': return ('5/6' if q.meta['hops'] in (5, 6) else str(q.meta['hops'])) + '-hop'
+    return 'single-fact' if len(q.meta['linked_facts']) == 1 else 'multi-fact'
+
+def _ask(policy: MemGymAnswer, view: QueryView, notes: str, visible: list) -> str:
+    "The answer step's parsed answer to the track's evicted prompt with these notes and visible documents."
+    p = answer_prompt(view, notes, visible)
+    if policy.backend is None: return policy.parse(view, policy._offline[view.task](p))
+    r, _ = policy.backend.chat(messages=[{'role': 'user', 'content': p}], max_tokens=policy.max_tokens, temperature=policy.temperature)
+    return policy.parse(view, r.content)
+
+def ceiling_items(dr_insts: list=(), # DRInstance records
+                  codeqa_insts: list=(), # CodingQAInstance records
+                  policy: Optional[dict]=None, # a `memgym-answer` spec; None: the offline reasoners
+                  judge: Optional[Judge]=None, # the run's judge; None: `MemGymOfflineJudge`
+                  settings: tuple=('gold', 'empty') # names in `CEILING_NOTES`
+                 ) -> pd.DataFrame:
+    "One judged row per (setting, query): track, qtype, instance, answer, score and `correct` (score >= 0.5; None when unjudged)."
+    from memlab.agent import make_policy
+    spec = dict(policy or {'name': 'memgym-answer'}); pol = make_policy(spec.pop('name'), **spec)
+    judge, rows = judge or MemGymOfflineJudge(), []
+    items = [(q, DR.all_memory_notes(d), [x.model_dump() for x in DR.visible_docs(d, len(d.turns) - 1)])
+             for d in dr_insts for q in dr_instances([d])[0].queries]
+    items += [(q, '\n'.join(f"- {f['content']}" for f in q.meta['linked_facts']), []) for c in codeqa_insts for q in codeqa_instances([c])[0].queries]
+    for q, gold, visible in items:
+        for s in settings:
+            a = _ask(pol, q.view(), {'gold': gold, 'empty': ''}[s], visible)
+            sc = judge._score(q, a)
+            rows.append(dict(track=q.meta['track'], qtype=_ceiling_qtype(q), setting=s, instance_id=q.meta['instance'], query_id=q.id,
+                             answer=a, score=sc, correct=None if sc is None else sc >= 0.5, label=getattr(pol, 'label', OFFLINE_LABEL)))
+    return pd.DataFrame(rows, columns=['track', 'qtype', 'setting', 'instance_id', 'query_id', 'answer', 'score', 'correct', 'label'])
+
+def memgym_ceiling(n_dr: int=20, # DR instances per hop count
+                   hops: list[int]=[3, 4, 5, 6], # DR hop counts (5 and 6 pool into '5/6-hop')
+                   dr_budget: int=0, # DR filler budget (0: no filler; the last turn's documents are visible either way)
+                   n_codeqa: int=12, # CodeQA instances (6-8 QA pairs each, about 2 of 5 multi-fact)
+                   codeqa_budget: int=10_000, # CodeQA budget (the gold notes do not depend on it)
+                   seed: int=0, # generator seed
+                   phrasing: str='a', # the generators' wording set ('a' or 'b')
+                   policy: Optional[dict]=None, # a `memgym-answer` spec; None: the offline reasoners
+                   judge: Optional[Judge]=None, # the run's judge; None: `MemGymOfflineJudge`
+                   tracks: tuple=('dr', 'codeqa'), # the tracks measured
+                   tier: Optional[str]=None # the tier's name; None: 'offline' for the offline reasoners, else the model's label
+                  ) -> pd.DataFrame:
+    "Accuracy per (track, qtype, setting) with n: the reasoner's ceiling with the perfect memory (`gold`) and its floor with none (`empty`)."
+    dr = dr_candidates(n_dr, hops, dr_budget, seed, phrasing) if 'dr' in tracks else []
+    cq = CQ.synth_codeqa(n_codeqa, budget_tokens=codeqa_budget, seed=seed, phrasing=phrasing) if 'codeqa' in tracks else []
+    df = ceiling_items(dr, cq, policy, judge)
+    judged = df[df['correct'].notna()].assign(correct=lambda d: d['correct'].astype(float))
+    t = judged.groupby(['track', 'qtype', 'setting'], sort=True).agg(n=('correct', 'size'), accuracy=('correct', 'mean'), label=('label', 'first')).reset_index()
+    t['n_unjudged'] = [int(((df['track'] == r.track) & (df['qtype'] == r.qtype) & (df['setting'] == r.setting) & df['correct'].isna()).sum()) for r in t.itertuples()]
+    t['tier'] = tier or ('offline' if policy is None or not policy.get('backend') else t['label'])
+    return t.assign(phrasing=phrasing)[['track', 'qtype', 'tier', 'setting', 'n', 'accuracy', 'label', 'phrasing', 'n_unjudged']]
 
 # %% ../../../nbs/protocols/memgym/06_protocol.ipynb #3f83640d
 EPISODE_COLUMNS = ['track', 'strategy', 'reasoner', 'instance_id', 'query_id', 'budget', 'hops', 'score', 'resolved', 'crossed', 'trace',
