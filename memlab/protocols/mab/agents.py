@@ -6,6 +6,7 @@
 from __future__ import annotations
 import json, re
 from typing import Optional
+import pandas as pd
 from ...core import QueryView, Step, Evidence, Instance, Session, Turn, PosInt, validate_params
 from ...memory import HISTORIES
 from ...agent import Policy, POLICIES, Search, Answer
@@ -13,6 +14,7 @@ from ...reader import OfflineReader, read_question, TierName
 from ...llm import LLMPolicy, SEARCH_TOOL
 from ...judge import Judge, JUDGES, register_judge, make_judge
 from ...runner import DATASETS   # the dataset kinds seed 001 adds: memoryagentbench, mab-synthetic
+from ...ceiling import ceiling_rollouts, OFFLINE_TIERS
 from .data import family_of, rows_to_instances, memorize_message, SOURCE_FAMILIES, load_memoryagentbench
 from .protocol import build_prompt, retrieval_query, max_output_tokens
 from .metrics import mab_metric, MovieCatalogue
@@ -23,7 +25,7 @@ import memlab.flat, memlab.planar, memlab.graph
 
 # %% auto #0
 __all__ = ['AGENT_CATEGORY', 'memorize_history', 'mab_agents', 'MemorizeHistory', 'memory_text', 'prompt_kind', 'mab_prompt',
-           'MABReader', 'MABLLMPolicy', 'MABJudge', 'mab_synthetic']
+           'MABReader', 'MABLLMPolicy', 'MABJudge', 'mab_synthetic', 'whole_context', 'mab_reader_ceiling']
 
 # %% ../../../nbs/protocols/mab/06_agents.ipynb #78f2df9b
 AGENT_CATEGORY = {'long-context': 'Long-Context Agent', 'bm25': 'Simple RAG Agent', 'dense': 'Embedding RAG Agent',
@@ -186,3 +188,32 @@ def _mab_synthetic(families: dict|list, params: Optional[dict]=None, chunk_size:
         if name in MAB_GENERATORS:
             validate_params(MAB_GENERATORS.get_impl(name), {**(params or {}), **(kw or {})}, f'dataset.families.{name}', '<mab-synthetic dataset>')
     return mab_synthetic(families, params=params, chunk_size=chunk_size)
+
+# %% ../../../nbs/protocols/mab/06_agents.ipynb #9d6e4ab6
+def whole_context(instances: list[Instance] # MemoryAgentBench instances (chunk sessions, unlabelled queries)
+                 ) -> list[Instance]:
+    "Each instance as one session holding its whole context, named as every query's evidence (the gold of `mab_reader_ceiling`)."
+    out = []
+    for inst in instances:
+        sid = f'{inst.id}:context'
+        text = ' '.join(t.content for s in inst.sessions for t in s.turns)
+        s = Session(id=sid, date=None, turns=[Turn(role='user', content=text)], meta={'chunks': len(inst.sessions)})
+        qs = [q.model_copy(update={'evidence': [sid]}) for q in inst.queries]
+        out.append(inst.model_copy(update={'sessions': [s], 'queries': qs}))
+    return out
+
+def mab_reader_ceiling(instances: list[Instance], # MemoryAgentBench instances
+                       tiers: tuple=OFFLINE_TIERS, # `mab-reader` tiers
+                       judge: Optional[dict]=None, # judge spec; None: `mab-metric` with the synthetic catalogue
+                       root=None # where the stores go; None: a temporary folder
+                      ) -> pd.DataFrame:
+    "`reader_ceiling`'s table for the `mab-reader` tiers with the whole context as gold, plus `score` (the mean metric)."
+    judge = judge or {'name': 'mab-metric', 'catalogue': 'synthetic'}
+    df = ceiling_rollouts(whole_context(instances), [{'name': 'mab-reader', 'tier': t} for t in tiers], judge, root=root)
+    key = ['qtype', 'tier', 'setting']
+    judged = df[df['correct'].notna()]
+    t = judged.groupby(key, sort=True).agg(n=('correct', 'size'), accuracy=('correct', 'mean'), label=('policy_label', 'first'),
+                                           score=('score', 'mean')).reset_index()
+    unj = df[df['correct'].isna()].groupby(key).size()
+    return t.assign(n_unjudged=[int(unj.get(tuple(r), 0)) for r in t[key].itertuples(index=False)])[
+        ['qtype', 'tier', 'setting', 'n', 'accuracy', 'label', 'n_unjudged', 'score']]

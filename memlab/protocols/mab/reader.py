@@ -9,20 +9,21 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Callable, Optional
-from ...core import Evidence, QueryView, Registry
+from datetime import datetime
+from ...core import Evidence, QueryView, Registry, date_key
 from ...memory import terms, STOPWORDS
-from ...reader import TIERS, Tier, ABSTAIN, QuestionInfo, read_question, read_units, believe, candidate
+from ...reader import TIERS, Tier, ABSTAIN, QuestionInfo, read_question, read_units, believe, candidate, rterms
 from .protocol import prompt_task
 from .data import unwrap_memorized
 
 # %% auto #0
 __all__ = ['MAB_SKILLS', 'RELATION_SYNONYMS', 'TASK_READERS', 'MabSkill', 'as_tier', 'skill_of', 'unit_texts', 'split_text',
            'idf_of', 'entities', 'passages', 'qa_question', 'answer_from_passages', 'chat_units', 'count_answer',
-           'answer_chat', 'niah_keys', 'niah_values', 'event_options', 'event_previous', 'sentence_terms',
-           'choose_event', 'labelled_examples', 'features', 'LabelModel', 'label_model', 'classify', 'movie_mentions',
-           'dialogues', 'recommend', 'summarize', 'Fact', 'numbered_facts', 'without', 'fact_object', 'resolve_fact',
-           'answer_facts', 'read_passage_qa', 'read_longmemeval', 'read_niah', 'read_eventqa', 'read_mcc', 'read_recom',
-           'read_summary', 'read_factconsolidation', 'read_task']
+           'chat_question', 'reply_answer', 'answer_chat', 'niah_keys', 'niah_values', 'event_options',
+           'event_previous', 'sentence_terms', 'choose_event', 'labelled_examples', 'features', 'LabelModel',
+           'label_model', 'classify', 'movie_mentions', 'dialogues', 'recommend', 'summarize', 'Fact', 'numbered_facts',
+           'without', 'fact_object', 'resolve_fact', 'answer_facts', 'fact_pool', 'read_passage_qa', 'read_longmemeval',
+           'read_niah', 'read_eventqa', 'read_mcc', 'read_recom', 'read_summary', 'read_factconsolidation', 'read_task']
 
 # %% ../../../nbs/protocols/mab/04_reader.ipynb #32856d94
 @dataclass(frozen=True)
@@ -117,9 +118,9 @@ def passages(texts: list[str] # unit texts
     return list(dict.fromkeys(out))
 
 def qa_question(question: str) -> QuestionInfo:
-    "`read_question`, plus: *what/which year* wants a number, and the noun after *which/what* is a content term."
+    "`read_question`, plus: *what/which year* and *when* want a number (passages are undated: a date is a year), and the noun after *which/what* is a content term."
     qi, low = read_question(question), question.lower()
-    atype = 'number' if re.search(r'\b(?:what|which) year\b', low) else qi.atype
+    atype = 'number' if re.search(r'\b(?:what|which) year\b', low) or (qi.atype == 'date' and not qi.dates) else qi.atype
     m = re.search(r'\b(?:which|what)\s+(\w+)', low)
     extra = [t for t in (terms(m.group(1)) if m else []) if t not in qi.content]
     return replace(qi, atype=atype, content=qi.content + extra)
@@ -175,18 +176,44 @@ def chat_units(texts: list[str] # unit texts holding (pieces of) the chat-histor
 def count_answer(qi: QuestionInfo, # the question's reading
                  sents: list # the sentences read (`memlab.reader.Sentence`)
                 ) -> Optional[str]:
-    "For *how many*: the number of distinct first-person statements that match the question (its entities included) as well as the best one."
-    want = list(dict.fromkeys(qi.content + [t for p in qi.premise for t in terms(p)]))
+    "For *how many*: the number of distinct first-person statements that match the question's terms as well as the best one (None when one of them states a number itself)."
+    want = list(dict.fromkeys(qi.content + [t for p in qi.premise for t in terms(p)] + list(qi.keywords and terms(qi.keywords) or [])))
     if not want: return None
     cov = [(sum(t in s.terms for t in want) / len(want), s) for s in sents
            if s.role == 'user' and re.search(r"\b(I|my|I'm|I've)\b", s.text)]
     top = max((c for c, _ in cov), default=0)
-    if top < 0.5: return None
-    return str(len({s.text for c, s in cov if c >= top - 1e-9}))
+    best = {s.text for c, s in cov if c >= top - 1e-9}
+    if top < 0.5 or any(re.search(r'\d', t) for t in best): return None   # a stated number is read, not counted
+    return str(len(best))
 
 @lru_cache(maxsize=16)
 def _chat_sentences(texts: tuple) -> list:
     return read_units(chat_units(list(texts)))
+
+_PREP_WH = re.compile(r"^(?:in|on|at|from|to|for|with|by|since)\s+(?:which|what)\s+(\w+)", re.I)
+
+def chat_question(question: str) -> QuestionInfo:
+    "`read_question`, plus: the entities it names are content too; after a preposition, *which/what X* describes the answer (*In which month ...*: no statement says 'month')."
+    qi, m = read_question(question), _PREP_WH.match(question.strip())
+    drop = set(terms(m.group(1))) if m else set()
+    named = [t for p in qi.premise if not p.isdigit() for t in terms(p)]
+    content = [t for t in dict.fromkeys(qi.content + named) if t not in drop]
+    return replace(qi, content=content or qi.content)
+
+def reply_answer(qi: QuestionInfo, # the question's reading
+                 sents: list # the sentences read, in order (`memlab.reader.Sentence`)
+                ) -> Optional[str]:
+    "For a question about what the assistant said: a name in the assistant's reply to the user turn holding every term of the question."
+    asked = [(sum(t in s.terms for t in qi.content), -i, i) for i, s in enumerate(sents) if s.role == 'user']
+    if not asked: return None
+    hits, _, i = max(asked)
+    if not qi.content or hits < len(qi.content): return None   # the request it answers: every content term of the question
+    reply = []
+    for s in sents[i + 1:]:
+        if s.role == 'assistant': reply.append(s)
+        elif reply: break
+    span = replace(qi, atype='span')
+    return next((a for s in reply if (a := candidate(s, span)) and a[:1].isupper()), None)
 
 def answer_chat(view: QueryView, # the question
                 texts: list[str], # unit texts (pieces of the chat literal)
@@ -194,12 +221,14 @@ def answer_chat(view: QueryView, # the question
                 count: bool # count matching statements for *how many*
                ) -> str:
     "The LongMemEval answer from chat-literal units."
-    qi, sents = read_question(view.question), _chat_sentences(tuple(texts))
+    qi, sents = chat_question(view.question), _chat_sentences(tuple(texts))
     b = believe(qi, sents, tier)
-    if count and qi.atype == 'number' and view.question.lower().startswith('how many'):
+    if count and qi.atype == 'number' and qi.count:
         n = count_answer(qi, sents)
-        if n is not None and (b.answer is None or not b.answer.isdigit()): return n
-    return b.answer if b.answer and b.confidence >= tier.answer_min else ABSTAIN
+        if n is not None: return n
+    if b.answer and b.confidence >= tier.answer_min: return b.answer
+    if re.search(r"\byou\b", view.question, re.I): return reply_answer(qi, sents) or ABSTAIN   # what the assistant said: its reply
+    return ABSTAIN
 
 # %% ../../../nbs/protocols/mab/04_reader.ipynb #7cdab88f
 _NEEDLE = re.compile(r'special magic [\w\-]+ for (?P<key>.+?) is:?\s*(?P<value>[\w\-]+)', re.I)
@@ -458,7 +487,7 @@ RELATION_SYNONYMS = (('spouse', 'married'), ('wife', 'married'), ('husband', 'ma
                      ('author', 'wrote'), ('location', 'located'), ('citizenship', 'citizen'), ('nationality', 'citizen'))
 _SYN = defaultdict(set)
 for _a, _b in RELATION_SYNONYMS:
-    (_x,), (_y,) = terms(_a), terms(_b); _SYN[_x].add(_y); _SYN[_y].add(_x)
+    (_x,), (_y,) = rterms(_a), rterms(_b); _SYN[_x].add(_y); _SYN[_y].add(_x)
 _ANSWER_WORDS = frozenset(terms('name current called'))
 
 def _rel_match(q: str, ts: set) -> bool:
@@ -500,7 +529,7 @@ def resolve_fact(entity: str, # the subject
     for f in facts:
         o = fact_object(f.text, entity)
         if o is None: continue
-        sig = frozenset(terms(without(without(f.text, entity), o) or ''))
+        sig = frozenset(rterms(without(without(f.text, entity), o) or ''))   # wrote, written: write
         matched = [q for q in rel if _rel_match(q, sig)]
         if matched: groups.setdefault(sig, (matched, []))[1].append((f, o))
     if not groups: return None
@@ -517,7 +546,7 @@ def answer_facts(question: str, # a one- or multi-hop question
             if any(fact_object(f.text, e) for f in facts)]
     if not ents: return None
     ent = ents[0]
-    rel = [t for t in dict.fromkeys(terms(question)) if t not in set(terms(ent)) | _ANSWER_WORDS]
+    rel = [t for t in dict.fromkeys(rterms(question)) if t not in set(rterms(ent)) | _ANSWER_WORDS]
     r = resolve_fact(ent, rel, facts, skill.fc_newest)
     if r is None: return None
     obj, left = r
@@ -527,6 +556,23 @@ def answer_facts(question: str, # a one- or multi-hop question
         if r is None: break
         obj, left = r
     return obj
+
+# %% ../../../nbs/protocols/mab/04_reader.ipynb #9f8fa112
+def fact_pool(units: list[Evidence], # what memory returned
+              tier: Tier|str # the reader's tier (its `read_k`)
+             ) -> list[Fact]:
+    "The knowledge pool read: the `n. fact` items if the text numbers them, else every sentence, newer = a later unit date."
+    texts = unit_texts(units, tier)
+    facts = numbered_facts(texts)
+    if facts: return facts
+    us = sorted(units, key=lambda u: u.rank)[:as_tier(tier).read_k]
+    dated = bool(us) and all(date_key(u.date) > datetime.min for u in us)
+    when = {d: j for j, d in enumerate(sorted({date_key(u.date) for u in us}))} if dated else {}
+    out, seen = [], set()
+    for u, t in zip(us, texts):   # `unit_texts` keeps this order: rank, best first
+        for s in split_text(t):
+            if s not in seen: seen.add(s); out.append(Fact(when.get(date_key(u.date), 0), s, len(out)))
+    return out
 
 # %% ../../../nbs/protocols/mab/04_reader.ipynb #c5b570be
 TASK_READERS = Registry('mab task reader')
@@ -599,8 +645,8 @@ def read_factconsolidation(view: QueryView, # the question
                            units: list[Evidence], # what memory returned
                            tier: Tier # the reader's tier
                           ) -> str:
-    "FactConsolidation: the object of the newest matching fact (chained for multi-hop questions)."
-    return answer_facts(view.question, numbered_facts(unit_texts(units, tier)), skill_of(tier)) or ABSTAIN
+    "FactConsolidation: the object of the newest matching fact (chained for multi-hop questions), serials or not (`fact_pool`)."
+    return answer_facts(view.question, fact_pool(units, tier), skill_of(tier)) or ABSTAIN
 
 def read_task(view: QueryView, # the question as the model sees it (`task` = the row's metadata.source)
               units: list[Evidence], # what memory returned, best first

@@ -19,13 +19,13 @@ __all__ = ['MAB_GENERATORS', 'META_KEYS', 'FIRST_NAMES', 'TITLE_ADJ', 'TITLE_NOU
            'LME_PREFERENCES', 'LME_TYPE_COUNTS', 'NUMBER_WORDS', 'EV_OBJECT_VERBS', 'EV_OBJECTS', 'EV_PERSON_VERBS',
            'EV_PLACES', 'EVENTQA_TASK', 'TREC_FINE', 'INTENT_SETS', 'ICL_SHOTS', 'make_icl_banking77',
            'make_icl_clinic150', 'make_icl_nlu', 'make_icl_trec_coarse', 'make_icl_trec_fine', 'RECSYS_CATALOGUE_SIZE',
-           'RECSYS_CLUSTER_SIZE', 'INFBENCH_SUM_QUESTION', 'FC_RELATIONS', 'FC_CHAINS', 'FC_FIELDS', 'FC_HEADER',
-           'family', 'generator_family', 'make_row', 'write_rows', 'prose', 'niah_keys', 'niah_query',
-           'make_ruler_niah_mq', 'make_ruler_qa1', 'make_ruler_qa2', 'LmeFact', 'make_longmemeval_s_star',
-           'story_event', 'eventqa_question', 'make_eventqa', 'IntentSet', 'icl_labels', 'icl_label_of', 'icl_sentence',
-           'make_icl', 'recsys_catalogue', 'recsys_entity2id', 'movie_mention', 'make_recsys_redial',
-           'make_infbench_sum', 'FcRelation', 'fc_facts', 'fc_answer', 'make_factconsolidation_sh',
-           'make_factconsolidation_mh', 'make_mab']
+           'RECSYS_CLUSTER_SIZE', 'INFBENCH_SUM_QUESTION', 'FC_RELATIONS', 'FC_RELATIONS_B', 'FC_PHRASINGS',
+           'FC_CHAINS', 'FC_FIELDS', 'FC_HEADER', 'family', 'generator_family', 'make_row', 'write_rows', 'prose',
+           'niah_keys', 'niah_query', 'make_ruler_niah_mq', 'make_ruler_qa1', 'make_ruler_qa2', 'LmeFact',
+           'make_longmemeval_s_star', 'story_event', 'eventqa_question', 'make_eventqa', 'IntentSet', 'icl_labels',
+           'icl_label_of', 'icl_sentence', 'make_icl', 'recsys_catalogue', 'recsys_entity2id', 'movie_mention',
+           'make_recsys_redial', 'make_infbench_sum', 'FcRelation', 'fc_relations', 'fc_facts', 'fc_answer',
+           'make_factconsolidation_sh', 'make_factconsolidation_mh', 'make_mab']
 
 # %% ../../../nbs/protocols/mab/03_synth.ipynb #8cc0c8b0
 MAB_GENERATORS = Registry('mab generator')   # family name -> make_<family>
@@ -300,10 +300,13 @@ _EXPORTS = ('wool', 'cider', 'glassware', 'timber', 'cheese', 'lace', 'copper po
 _REGIONS = ('northern', 'southern', 'eastern', 'western', 'central', 'coastal', 'upland', 'lowland')
 _GENRES = ('drama', 'comedy', 'thriller', 'western', 'musical', 'war', 'mystery', 'adventure')
 
-def _town_doc(rng, nm, town):
-    "A passage about an invented town; returns (text, facts)."
+def _town_doc(rng, nm, town, ph='a'):
+    "A passage about an invented town in phrasing set `ph`; returns (text, facts)."
     f = dict(town=town, year=str(rng.randint(1180, 1890)), founder=nm.person(), river=f'{nm.word()} River',
              export=rng.choice(_EXPORTS), region=rng.choice(_REGIONS))
+    if ph == 'b': return [f"The {f['river']} flows through {town}, a market town of the {f['region']} region.",
+                          f"{f['founder']} established the settlement in {f['year']}.",
+                          f"{town} became famous for its {f['export']}."], f
     core = [f"{town} is a town in the {f['region']} part of the country, on the banks of the {f['river']}.",
             f"It was founded in {f['year']} by {f['founder']}.",
             f"Today {town} is best known for its {f['export']}."]
@@ -315,15 +318,26 @@ _QA1 = (  # (question, gold variants) over a town's facts
     ('On which river does {town} lie?', lambda f: [f['river'], f"the {f['river']}", f['river']]),
     ('What is {town} best known for?', lambda f: [f['export'], f['export'], f"its {f['export']}"]),
 )
+_QA1_B = (  # phrasing 'b', written apart from the reader
+    ('When was {town} established?', lambda f: [f['year'], f['year'], f"In {f['year']}"]),
+    ('Who established {town}?', lambda f: [f['founder'], f['founder'], f['founder'].split()[-1]]),
+    ('Which river flows through {town}?', lambda f: [f['river'], f"the {f['river']}", f['river']]),
+    ('What did {town} become famous for?', lambda f: [f['export'], f['export'], f"its {f['export']}"]),
+)
 
-def _person_doc(rng, nm, person, job):
+def _person_doc(rng, nm, person, job, ph='a'):
     f = dict(person=person, town=nm.word(), university=f'University of {nm.word()}')
+    if ph == 'b': return [f"Born in {f['town']}, {person} went on to become a {job}.",
+                          f"{person.split()[0]} was a student at the {f['university']} for several years."], f
     return [f"{person} is a {job} who was born in {f['town']}.",
             f"{person.split()[0]} studied at the {f['university']} before the first success."], f
 
-def _work_doc(rng, nm, kind):
+def _work_doc(rng, nm, kind, ph='a'):
     "A film or book passage naming its maker; returns (sentences, facts)."
     f = dict(title=nm.title(), maker=nm.person(), year=str(rng.randint(1921, 2019)))
+    if ph == 'b':
+        if kind == 'film': return [f"{f['title']}, a {rng.choice(_GENRES)} film released in {f['year']}, was directed by {f['maker']}."], f
+        return [f"{f['title']} is a {f['year']} novel by {f['maker']}."], f
     if kind == 'film': s = f"{f['title']} is a {f['year']} {rng.choice(_GENRES)} film directed by {f['maker']}."
     else: s = f"{f['title']} is a novel written by {f['maker']} and first published in {f['year']}."
     return [s], f
@@ -334,39 +348,47 @@ _QA2 = (  # (work kind, maker's job, question, attribute of the maker)
     ('book', 'novelist', 'Where was the author of {title} born?', 'town'),
     ('book', 'novelist', 'At which university did the author of {title} study?', 'university'),
 )
+_QA2_B = (  # phrasing 'b'
+    ('film', 'film director', 'Where was the director of the film {title} born?', 'town'),
+    ('film', 'film director', 'Which university did the director of the film {title} attend as a student?', 'university'),
+    ('book', 'novelist', 'In which town was the novelist who wrote {title} born?', 'town'),
+    ('book', 'novelist', 'Which university did the novelist who wrote {title} attend as a student?', 'university'),
+)
 
 def _doc_text(rng, core: list, style_extra: tuple=(1, 4)) -> str:
     "Core sentences with a few encyclopedic filler sentences after them."
     return ' '.join(core + [prose(rng, 'doc') for _ in range(rng.randint(*style_extra))])
 
-def _distractor_doc(rng, nm) -> str:
+def _distractor_doc(rng, nm, ph='a') -> str:
     k = rng.random()
-    if k < 0.5: core, _ = _town_doc(rng, nm, nm.word())
-    elif k < 0.8: core, _ = _work_doc(rng, nm, rng.choice(('film', 'book')))
-    else: core, _ = _person_doc(rng, nm, nm.person(), rng.choice(('film director', 'novelist', 'painter')))
+    if k < 0.5: core, _ = _town_doc(rng, nm, nm.word(), ph)
+    elif k < 0.8: core, _ = _work_doc(rng, nm, rng.choice(('film', 'book')), ph)
+    else: core, _ = _person_doc(rng, nm, nm.person(), rng.choice(('film director', 'novelist', 'painter')), ph)
     return _doc_text(rng, core)
 
-def _ruler_qa(name, variant, n_contexts, questions_per_context, context_tokens, seed):
+def _ruler_qa(name, variant, n_contexts, questions_per_context, context_tokens, seed, phrasing='a'):
+    if phrasing not in ('a', 'b'): raise ValueError(f"unknown phrasing {phrasing!r}; phrasings: ['a', 'b']")
+    qa1, qa2, ph = (_QA1, _QA2, 'a') if phrasing == 'a' else (_QA1_B, _QA2_B, 'b')
     rows = []
     for r in range(n_contexts):
         rng = _rng(name, seed, r); nm = _Names(rng)
         gold, qs, ans = [], [], []
         for q in range(questions_per_context):
             if variant == 1:
-                core, f = _town_doc(rng, nm, nm.word())
-                tmpl, gv = rng.choice(_QA1)
+                core, f = _town_doc(rng, nm, nm.word(), ph)
+                tmpl, gv = rng.choice(qa1)
                 gold.append(_doc_text(rng, core)); qs.append(tmpl.format(**f)); ans.append(gv(f))
             else:
-                kind, job, tmpl, attr = rng.choice(_QA2)
-                wcore, wf = _work_doc(rng, nm, kind)
-                pcore, pf = _person_doc(rng, nm, wf['maker'], job)
+                kind, job, tmpl, attr = rng.choice(qa2)
+                wcore, wf = _work_doc(rng, nm, kind, ph)
+                pcore, pf = _person_doc(rng, nm, wf['maker'], job, ph)
                 gold += [_doc_text(rng, wcore), _doc_text(rng, pcore)]
                 qs.append(tmpl.format(**wf)); ans.append([pf[attr]])
         fixed = sum(count_tokens(d) + 3 for d in gold)          # + "Document i:" (3 tokens)
         _check_size(name, fixed, context_tokens)
         docs, tok = list(gold), fixed
         while tok < context_tokens:
-            d = _distractor_doc(rng, nm); docs.append(d); tok += count_tokens(d) + 3
+            d = _distractor_doc(rng, nm, ph); docs.append(d); tok += count_tokens(d) + 3
         rng.shuffle(docs)
         ctx = '\n\n'.join(f'Document {i}:\n{d}' for i, d in enumerate(docs, 1))
         rows.append(make_row(ctx, qs, ans, f'ruler_qa{variant}_{_kilo(context_tokens)}K',
@@ -377,19 +399,21 @@ def _ruler_qa(name, variant, n_contexts, questions_per_context, context_tokens, 
 def make_ruler_qa1(n_contexts: int=1, # rows (contexts)
                    questions_per_context: int=100, # questions per context (the released set has 100)
                    context_tokens: int=32768, # target context length (count_tokens)
-                   seed: int=0 # everything is derived from this seed
+                   seed: int=0, # everything is derived from this seed
+                   phrasing: str='a' # 'a' | 'b': the wording of passages and questions
                   ) -> list[dict]:
     "RULER-QA1-like rows: one gold passage per question among distractor passages."
-    return _ruler_qa('ruler_qa1', 1, n_contexts, questions_per_context, context_tokens, seed)
+    return _ruler_qa('ruler_qa1', 1, n_contexts, questions_per_context, context_tokens, seed, phrasing)
 
 @family('ruler_qa2')
 def make_ruler_qa2(n_contexts: int=1, # rows (contexts)
                    questions_per_context: int=100, # questions per context (the released set has 100)
                    context_tokens: int=32768, # target context length (count_tokens)
-                   seed: int=0 # everything is derived from this seed
+                   seed: int=0, # everything is derived from this seed
+                   phrasing: str='a' # 'a' | 'b': the wording of passages and questions
                   ) -> list[dict]:
     "RULER-QA2-like rows: a bridge question over two gold passages among distractor passages."
-    return _ruler_qa('ruler_qa2', 2, n_contexts, questions_per_context, context_tokens, seed)
+    return _ruler_qa('ruler_qa2', 2, n_contexts, questions_per_context, context_tokens, seed, phrasing)
 
 # %% ../../../nbs/protocols/mab/03_synth.ipynb #7e2d0099
 @dataclass(frozen=True)
@@ -1089,6 +1113,34 @@ FC_RELATIONS = {
     'hq': FcRelation('{s} is headquartered in the city of {o}.', 'In which city is {s} headquartered?',
                      'the headquarters city of {s}', 'org', 'city'),
 }
+# phrasing 'b': the same relations and entity types, worded anew (MQuAKE's statements are cloze prompts: the object
+# ends the sentence, so both sets keep it last); questions and chained noun phrases written without the reader in view
+FC_RELATIONS_B = {
+    'born': FcRelation('The birthplace of {s} is the city of {o}.', 'Where was {s} born?', 'the city where {s} was born', 'person', 'city'),
+    'died': FcRelation('{s} passed away in the city of {o}.', 'Where did {s} pass away?', 'the city where {s} passed away', 'person', 'city'),
+    'citizen': FcRelation('{s} holds the citizenship of {o}.', 'Which country is {s} a citizen of?',
+                          'the country whose citizenship {s} holds', 'person', 'country'),
+    'spouse': FcRelation('The spouse of {s} is {o}.', 'Whom did {s} marry?', 'the person {s} married', 'person', 'person'),
+    'field': FcRelation('{s} is a specialist in {o}.', 'What is the speciality of {s}?', '', 'person', 'field'),
+    'educated': FcRelation('{s} graduated from {o}.', 'From which university did {s} graduate?', '', 'person', 'university'),
+    'famous': FcRelation('{s} is best known for {o}.', 'What is {s} best known for?', '', 'person', 'work'),
+    'chair': FcRelation('{s} is chaired by {o}.', 'Who chairs {s}?', 'the person who chairs {s}', 'org', 'person'),
+    'author': FcRelation('{s} was written by {o}.', 'Who wrote {s}?', 'the writer of {s}', 'work', 'person'),
+    'capital': FcRelation('The capital city of {s} is {o}.', 'Which city is the capital of {s}?', 'the capital city of {s}', 'country', 'city'),
+    'head': FcRelation('The leader of {s} is {o}.', 'Who is the leader of {s}?', 'the leader of {s}', 'country', 'person'),
+    'language': FcRelation('The language officially spoken in {s} is {o}.', 'Which language is officially spoken in {s}?', '', 'country', 'language'),
+    'located': FcRelation('{s} lies in the country of {o}.', 'Which country does {s} lie in?', 'the country in which {s} lies', 'city', 'country'),
+    'hq': FcRelation('The headquarters of {s} are in the city of {o}.', 'Where are the headquarters of {s}?',
+                     'the city that hosts the headquarters of {s}', 'org', 'city'),
+}
+FC_PHRASINGS = {'a': FC_RELATIONS, 'b': FC_RELATIONS_B}
+
+def fc_relations(phrasing: str='a' # 'a' or 'b' (`FC_PHRASINGS`)
+                ) -> dict:
+    "The relation templates of a phrasing set."
+    if phrasing not in FC_PHRASINGS: raise ValueError(f'unknown phrasing {phrasing!r}; phrasings: {sorted(FC_PHRASINGS)}')
+    return FC_PHRASINGS[phrasing]
+
 FC_CHAINS = tuple((r1, r2) for r1, a in FC_RELATIONS.items() if a.np for r2, b in FC_RELATIONS.items()
                   if b.subj == a.obj and r2 != r1)
 FC_FIELDS = ('astronomy', 'linguistics', 'botany', 'economics', 'geology', 'music theory', 'architecture', 'medicine',
@@ -1110,20 +1162,21 @@ def _fc_entity(nm: _Names, kind: str) -> str:
     raise ValueError(f'unknown entity type {kind!r}')
 
 @lru_cache(maxsize=None)
-def _fc_regexes():
+def _fc_regexes(phrasing: str='a'):
     def rx(t, **g):
         out = '^' + re.escape(t) + '$'
         for k, v in g.items(): out = out.replace(re.escape('{' + k + '}'), v)
         return re.compile(out)
-    facts = {r: rx(a.fact, s='(?P<s>.+?)', o='(?P<o>.+)') for r, a in FC_RELATIONS.items()}
-    asks = {r: rx(a.ask, s='(?P<s>.+)') for r, a in FC_RELATIONS.items()}
-    nps = {r: rx(a.np, s='(?P<s>.+)') for r, a in FC_RELATIONS.items() if a.np}
+    facts = {r: rx(a.fact, s='(?P<s>.+?)', o='(?P<o>.+)') for r, a in fc_relations(phrasing).items()}
+    asks = {r: rx(a.ask, s='(?P<s>.+)') for r, a in fc_relations(phrasing).items()}
+    nps = {r: rx(a.np, s='(?P<s>.+)') for r, a in fc_relations(phrasing).items() if a.np}
     return facts, asks, nps
 
-def fc_facts(context: str # a FactConsolidation context
+def fc_facts(context: str, # a FactConsolidation context
+             phrasing: str='a' # the generator's phrasing set
             ) -> list[tuple]:
     "The numbered facts of a context as (serial, relation, subject, object); unparsed lines are skipped."
-    facts, _, _ = _fc_regexes(); out = []
+    facts, _, _ = _fc_regexes(phrasing); out = []
     for line in context.split('\n'):
         m = re.match(r'^(\d+)\. (.*)$', line)
         if not m: continue
@@ -1134,12 +1187,13 @@ def fc_facts(context: str # a FactConsolidation context
 
 def fc_answer(context: str, # a FactConsolidation context
               question: str, # a single- or multi-hop question
-              newest: bool=True # resolve conflicts by the largest serial (False: the smallest, i.e. the stale fact)
+              newest: bool=True, # resolve conflicts by the largest serial (False: the smallest, i.e. the stale fact)
+              phrasing: str='a' # the generator's phrasing set
              ) -> set:
     "Answers a question from the knowledge pool alone (every parse of the question that resolves)."
-    _, asks, nps = _fc_regexes()
+    _, asks, nps = _fc_regexes(phrasing)
     pool = {}
-    for serial, r, s, o in sorted(fc_facts(context)): pool.setdefault((r, s), []).append(o)
+    for serial, r, s, o in sorted(fc_facts(context, phrasing)): pool.setdefault((r, s), []).append(o)
     pick = (lambda os: os[-1]) if newest else (lambda os: os[0])
     def resolve(r, subj):
         if (r, subj) in pool: return {pick(pool[(r, subj)])}
@@ -1169,21 +1223,22 @@ def _n_versions(rng, conflict_rate):
     "1 (no edit), or 2-3 versions of a fact when it is edited."
     return 1 if rng.random() >= conflict_rate else (3 if rng.random() < 0.15 else 2)
 
-def _factconsolidation(hops, n_contexts, questions_per_context, context_tokens, seed, conflict_rate, filler_conflict_rate):
+def _factconsolidation(hops, n_contexts, questions_per_context, context_tokens, seed, conflict_rate, filler_conflict_rate, phrasing='a'):
     name = f"factconsolidation_{'sh' if hops == 1 else 'mh'}"
+    RELS = fc_relations(phrasing)
     rows = []
     for r in range(n_contexts):
         rng = _rng(name, seed, r); nm = _Names(rng)
         groups, qs, ans = [], [], []               # groups: fact texts of one (relation, subject), oldest first
-        def group(rel, s, objs): groups.append([FC_RELATIONS[rel].fact.format(s=s, o=o) for o in objs])
+        def group(rel, s, objs): groups.append([RELS[rel].fact.format(s=s, o=o) for o in objs])
         for _ in range(questions_per_context):
             if hops == 1:
-                rel = rng.choice(list(FC_RELATIONS)); a = FC_RELATIONS[rel]
+                rel = rng.choice(list(RELS)); a = RELS[rel]
                 s = _fc_entity(nm, a.subj)
                 objs = _fc_versions(rng, nm, a.obj, _n_versions(rng, conflict_rate))
                 group(rel, s, objs); qs.append(a.ask.format(s=s)); ans.append([objs[-1]])
             else:
-                r1, r2 = rng.choice(FC_CHAINS); a1, a2 = FC_RELATIONS[r1], FC_RELATIONS[r2]
+                r1, r2 = rng.choice(FC_CHAINS); a1, a2 = RELS[r1], RELS[r2]
                 s = _fc_entity(nm, a1.subj)
                 mids = _fc_versions(rng, nm, a1.obj, _n_versions(rng, conflict_rate), avoid=(s,))
                 group(r1, s, mids)
@@ -1196,7 +1251,7 @@ def _factconsolidation(hops, n_contexts, questions_per_context, context_tokens, 
         _check_size(name, fixed, context_tokens)
         tok = fixed
         while tok < context_tokens:                   # filler: facts about other subjects, some edited too
-            rel = rng.choice(list(FC_RELATIONS)); a = FC_RELATIONS[rel]
+            rel = rng.choice(list(RELS)); a = RELS[rel]
             group(rel, _fc_entity(nm, a.subj), _fc_versions(rng, nm, a.obj, _n_versions(rng, filler_conflict_rate)))
             tok += sum(count_tokens(t) + 2 for t in groups[-1])
         slots = [g for g, grp in enumerate(groups) for _ in grp]
@@ -1214,10 +1269,11 @@ def make_factconsolidation_sh(n_contexts: int=1, # rows (contexts); the released
                               context_tokens: int=32768, # target context length (count_tokens)
                               seed: int=0, # everything is derived from this seed
                               conflict_rate: float=0.75, # fraction of questions whose fact was edited
-                              filler_conflict_rate: float=0.3 # fraction of filler facts that were edited
+                              filler_conflict_rate: float=0.3, # fraction of filler facts that were edited
+                              phrasing: str='a' # 'a' | 'b': the wording of facts and questions (`FC_PHRASINGS`)
                              ) -> list[dict]:
     "FactConsolidation-SH-like rows: numbered facts where a newer serial overrides an older fact; one-hop questions."
-    return _factconsolidation(1, n_contexts, questions_per_context, context_tokens, seed, conflict_rate, filler_conflict_rate)
+    return _factconsolidation(1, n_contexts, questions_per_context, context_tokens, seed, conflict_rate, filler_conflict_rate, phrasing)
 
 @family('factconsolidation_mh')
 def make_factconsolidation_mh(n_contexts: int=1, # rows (contexts); the released set has one per length
@@ -1225,10 +1281,11 @@ def make_factconsolidation_mh(n_contexts: int=1, # rows (contexts); the released
                               context_tokens: int=32768, # target context length (count_tokens)
                               seed: int=0, # everything is derived from this seed
                               conflict_rate: float=0.75, # probability that each hop's fact was edited
-                              filler_conflict_rate: float=0.3 # fraction of filler facts that were edited
+                              filler_conflict_rate: float=0.3, # fraction of filler facts that were edited
+                              phrasing: str='a' # 'a' | 'b': the wording of facts and questions (`FC_PHRASINGS`)
                              ) -> list[dict]:
     "FactConsolidation-MH-like rows: numbered facts with edits; questions chain two facts."
-    return _factconsolidation(2, n_contexts, questions_per_context, context_tokens, seed, conflict_rate, filler_conflict_rate)
+    return _factconsolidation(2, n_contexts, questions_per_context, context_tokens, seed, conflict_rate, filler_conflict_rate, phrasing)
 
 # %% ../../../nbs/protocols/mab/03_synth.ipynb #52b9108a
 def make_mab(name: str, # a registered family (see `MAB_GENERATORS`)

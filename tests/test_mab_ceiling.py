@@ -1,0 +1,191 @@
+"""Issue 22, MemoryAgentBench part of items 1-3: the offline reader's ceiling per synthetic family, and what decides
+the offline numbers (memory or reader).
+
+Gold evidence is the whole context in one unit (`memlab.protocols.mab.agents.whole_context`: MemoryAgentBench's
+questions carry no evidence labels; the paper's long-context agent reads the whole context), run through
+`memlab.ceiling` (`mab_reader_ceiling`: the runner's `readback` on a window that keeps everything; `empty`: the `none`
+memory), scored by the section's `mab-metric` judge. At the section's size (4000-token contexts, 8 questions per
+context), three seeds, so n >= 20 per family (LongMemEval: per question type, eight seeds).
+
+Targets (strong tier): gold >= 0.95 and empty <= 0.05 per family; EventQA is a choice among six options, so an empty
+memory scores chance (1/6), not 0; ∞Bench-Sum (F1 against key points) and Recom (Recall@5) are not pass/fail: their
+mean score with gold must exceed the empty score by the margin measured (∞Bench-Sum gold 0.65, Recom 1.00; empty
+0.00). Known gaps are strict xfails with their reason.
+"""
+import pytest
+
+from memlab.core import Evidence
+from memlab.judge import make_judge
+from memlab.memory import make_memory
+from memlab.protocols.mab.agents import mab_synthetic, mab_reader_ceiling, whole_context, memorize_history, MABJudge
+from memlab.protocols.mab.protocol import retrieval_query
+from memlab.protocols.mab.reader import read_task, numbered_facts, labelled_examples, fact_pool, answer_facts, MAB_SKILLS
+from memlab.protocols.mab.synth import MAB_GENERATORS
+
+FAMILIES = sorted(f for f in MAB_GENERATORS if f != 'longmemeval_s*')
+PHRASED = ('factconsolidation_sh', 'factconsolidation_mh', 'ruler_qa1', 'ruler_qa2')   # families with a phrasing 'b' (issue 22, item 5)
+CONTINUOUS = {'infbench_sum': 0.40, 'recsys_redial': 0.80}   # gold score - empty score, at least (measured: 0.65, 1.00)
+CHANCE = {'eventqa': 1 / 6}                                    # a choice among six options: no memory answers at chance
+LME_TYPES = ('knowledge-update', 'multi-session', 'single-session-assistant', 'single-session-preference',
+             'single-session-user', 'temporal-reasoning')
+KNOWN_GAPS = {
+    'icl_trec_fine': "50 fine TREC labels whose questions share frames ('What is X an abbreviation of?' vs 'What is the "
+                     "abbreviation for X?'): the strong tier's label profiles confuse them (gold 0.83)",
+    'knowledge-update': "a current value stated with another verb ('I returned the headphones and bought a better one for "
+                        "149 dollars' for 'How much did I pay for my current headphones?'): the harness reader's believe "
+                        "keeps only sentences within 0.2 of the best coverage, so the older 'I paid 799 dollars' wins",
+    'ruler_qa1/b': "phrasing 'b' (strong gold 0.58 against 1.00): the harness reader's candidate() skips a capitalized "
+                   "phrase that opens a sentence ('The Keljormere River flows through ...', 'Ilse Melstead established ...')",
+    'ruler_qa2/b': "phrasing 'b' (strong gold 0.00 against 1.00): besides the sentence-initial names, the first hop answers "
+                   "with the maker's name when the question's relation ('attend as a student', 'born') is not in the work's passage",
+    'single-session-preference': "the rubric answer ('The user would prefer ...') needs a generated preference, which the "
+                                 "offline reader does not write",
+}
+
+
+def family_instances(fam, seeds=range(3), **kw):
+    if fam == 'infbench_sum': return mab_synthetic({fam: dict(n_contexts=12, questions_per_context=1, seed=0)}, params=dict(context_tokens=4000))
+    return [i.model_copy(update={'id': f's{s}:{i.id}'}) for s in seeds
+            for i in mab_synthetic({fam: kw}, params=dict(n_contexts=1, questions_per_context=8, context_tokens=4000, seed=s))]
+
+
+@pytest.fixture(scope='module')
+def table():
+    "Per family (LongMemEval: per question type): n, gold/empty accuracy and mean score, strong tier."
+    out = {}
+    for fam in FAMILIES:
+        t = mab_reader_ceiling(family_instances(fam), ('strong',))
+        g = t.groupby('setting').apply(lambda d: dict(n=int(d['n'].sum()), accuracy=(d['accuracy'] * d['n']).sum() / d['n'].sum(),
+                                                      score=(d['score'] * d['n']).sum() / d['n'].sum()))
+        out[fam] = {s: g[s] for s in ('gold', 'empty')}
+    t = mab_reader_ceiling(family_instances('longmemeval_s*', range(8)), ('strong',))
+    for r in t.itertuples(): out.setdefault(r.qtype, {})[r.setting] = dict(n=r.n, accuracy=r.accuracy, score=r.score)
+    return out
+
+
+@pytest.fixture(scope='module')
+def table_b():
+    "Phrasing set 'b' of the families that have one: gold and empty accuracy, strong tier."
+    out = {}
+    for fam in PHRASED:
+        t = mab_reader_ceiling(family_instances(fam, phrasing='b'), ('strong',)).set_index('setting')
+        out[fam] = {s: dict(n=int(t.loc[s, 'n']), accuracy=float(t.loc[s, 'accuracy'])) for s in ('gold', 'empty')}
+    return out
+
+
+@pytest.mark.parametrize('fam', [pytest.param(f, marks=pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[f + '/b']))
+                                 if f + '/b' in KNOWN_GAPS else f for f in PHRASED])
+def test_second_phrasing_set(table, table_b, fam):
+    "Issue 22: the reader must not read the generator's wording; an independently worded set scores the same (<= 0.05)."
+    b = table_b[fam]
+    assert b['gold']['n'] >= 20 and b['gold']['accuracy'] >= 0.95 and b['empty']['accuracy'] <= 0.05, b
+    assert abs(b['gold']['accuracy'] - table[fam]['gold']['accuracy']) <= 0.05, (b, table[fam])
+
+
+@pytest.mark.parametrize('fam', FAMILIES)
+def test_enough_questions(table, fam):
+    assert table[fam]['gold']['n'] >= (12 if fam == 'infbench_sum' else 20), table[fam]
+
+
+def gaps(names):
+    "Parameters, known gaps marked as strict xfails with their reason."
+    return [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[n])) if n in KNOWN_GAPS else n for n in names]
+
+
+@pytest.mark.parametrize('fam', gaps([f for f in FAMILIES if f not in CONTINUOUS]))
+def test_gold_ceiling(table, fam):
+    assert table[fam]['gold']['accuracy'] >= 0.95, table[fam]
+
+
+@pytest.mark.parametrize('fam', [f for f in FAMILIES if f not in CONTINUOUS])
+def test_no_memory_floor(table, fam):
+    assert table[fam]['empty']['accuracy'] <= CHANCE.get(fam, 0.0) + 0.05 + (0.10 if fam in CHANCE else 0), table[fam]
+
+
+@pytest.mark.parametrize('fam', sorted(CONTINUOUS))
+def test_continuous_metrics_gold_above_empty(table, fam):
+    g, e = table[fam]['gold']['score'], table[fam]['empty']['score']
+    assert e <= 0.05 and g - e >= CONTINUOUS[fam], (g, e)
+
+
+@pytest.mark.parametrize('qtype', LME_TYPES)
+def test_longmemeval_no_memory(table, qtype):
+    assert table[qtype]['empty']['accuracy'] <= 0.05, table[qtype]
+
+
+@pytest.mark.parametrize('qtype', gaps(LME_TYPES))
+def test_longmemeval_gold_ceiling(table, qtype):
+    assert table[qtype]['gold']['accuracy'] >= 0.95, table[qtype]
+
+
+def test_gold_is_the_whole_context():
+    insts = family_instances('factconsolidation_sh', [0])
+    (w,) = whole_context(insts)
+    assert len(insts[0].sessions) > 1 and len(w.sessions) == 1
+    assert w.sessions[0].turns[0].content == ' '.join(s.turns[0].content for s in insts[0].sessions)
+    assert all(q.evidence == [w.sessions[0].id] for q in w.queries) and all(not q.evidence for q in insts[0].queries)
+
+
+# issue 22: "All four strong-tier non-items agents score an identical 61.92 on InfBench-Sum"
+
+def _f1(q, units, judge=MABJudge(catalogue='synthetic')): return judge._verdict(q, read_task(q.view(), units, 'strong'))[1]
+
+
+def test_summary_depends_on_what_memory_returned():
+    "Half the book (its first half, as a FIFO window that lost the rest would hold) scores lower than all of it (measured: 0.40 vs 0.61)."
+    half, whole = [], []
+    for b in mab_synthetic({'infbench_sum': {}}, params=dict(n_contexts=3, context_tokens=32768, seed=0)):
+        q, chunks = b.queries[0], [Evidence(text=s.turns[0].content, session_id=s.id, rank=r) for r, s in enumerate(b.sessions)]
+        half.append(_f1(q, chunks[:len(chunks) // 2])); whole.append(_f1(q, chunks))
+        assert _f1(q, []) == 0.0
+    assert sum(half) / 3 < sum(whole) / 3 - 0.1, (half, whole)
+
+
+def test_identical_summary_scores_come_from_identical_units():
+    "The mechanism: when k chunks cover the book, every top-k agent returns all of it (32K-token books, 4096-token chunks)."
+    (b,) = mab_synthetic({'infbench_sum': {}}, params=dict(n_contexts=1, context_tokens=32768, seed=0))
+    q = b.queries[0]
+    assert len(b.sessions) <= 10
+    lc = make_memory('long-context', window_tokens=10**8); lc.add_all(b.sessions)
+    for name in ('bm25', 'dense', 'ppr-graph'):
+        m = make_memory(name, k=10); m.add_all(b.sessions)
+        got = m.search(retrieval_query(q.task, q.question))
+        assert {u.session_id for u in got} == {s.id for s in b.sessions}, name
+        assert abs(_f1(q, got) - _f1(q, lc.search(q.question))) < 1e-9, name
+
+
+# issue 22: "items score 0 on FactConsolidation and MCC because the reader needs 'n. fact' serial numbers"
+
+def _items(inst):
+    m = make_memory('items', k=10)
+    for s in memorize_history(inst, {}): m.add(s)
+    return m
+
+
+def test_factconsolidation_read_without_serials():
+    "Fails before issue 22: the reader answered nothing from unnumbered facts."
+    undated = [Evidence(text='user: The capital of Atlantis is Poseidonis.', session_id='a', rank=0),
+               Evidence(text='user: The capital of Atlantis is Kallipolis.', session_id='b', rank=1)]
+    S = MAB_SKILLS['strong']
+    assert answer_facts('What is the capital of Atlantis?', fact_pool(undated, 'strong'), S) == 'Poseidonis'   # order unknown: first read
+    dated = [u.model_copy(update={'date': d}) for u, d in zip(undated, ['2024/01/01 (Mon) 10:00', '2024/03/01 (Fri) 10:00'])]
+    assert answer_facts('What is the capital of Atlantis?', fact_pool(dated, 'strong'), S) == 'Kallipolis'     # later date: newer
+    (fc,) = family_instances('factconsolidation_sh', [0])[:1]
+    m = _items(fc)
+    answers = [read_task(q.view(), m.search(retrieval_query(q.task, q.question)), 'strong') for q in fc.queries]
+    assert sum(a != "I don't know" for a in answers) >= 6, answers
+
+
+def test_items_keep_facts_but_not_serials():
+    (fc,) = family_instances('factconsolidation_sh', [0])[:1]
+    texts = [it['text'].removeprefix('user: ') for it in _items(fc).items]
+    facts = numbered_facts([s.turns[0].content for s in fc.sessions])
+    assert numbered_facts(texts) == [] and sum(f.text in texts for f in facts) >= 0.95 * len(facts)
+
+
+def test_items_cut_every_mcc_example_from_its_label():
+    "MCC's 0 for items is the memory's loss: no stored item pairs an example with its own label."
+    (mcc,) = family_instances('icl_banking77', [0])[:1]
+    pairs = set(labelled_examples([s.turns[0].content for s in mcc.sessions]))
+    kept = labelled_examples([it['text'].removeprefix('user: ') for it in _items(mcc).items])
+    assert len(pairs) > 50 and not [p for p in kept if p in pairs]
