@@ -29,6 +29,7 @@ CASES = {
                                                        "by_type: true\nn_resamples: 20"),
     'walkthrough-weak-small-k': ('walkthrough', "tier: weak\nk: 3\nwindow_tokens: 600\nn_instances: 2\nqueries_per_instance: 5\nn_filler: 10\nn_resamples: 50"),
     'memtrace-defaults': ('memtrace', ''),
+    'memtrace-window-holds-history': ('memtrace', "memories: [long-context, bm25]\ntiers: [strong]\nwindow_tokens: 1000000\nn_resamples: 50"),
     'memtrace-halumem-fixture-third-person': ('memtrace', f"dataset: halumem\ndata_path: {FX / 'halumem_medium.jsonl'}\nperson: third\n"
                                                           "memories: [long-context]\ntiers: [weak]\nn_windows: 4\nanchored: false\nn_resamples: 50"),
     'mab-one-agent-one-family': ('memoryagentbench', "agents: [bm25]\nfamilies: [ruler_qa1]\nablation_families: [ruler_qa1]\ntopk_ablation: [2]\n"
@@ -112,25 +113,36 @@ def test_default_offline_run_shows_both_failure_regimes(runs):
 
 
 def test_default_offline_memtrace_run_shows_every_view(runs):
-    "Seed 002's views on the default offline run, each for a reason in the mechanism (checked here, never in the notebook)."
+    """Seed 002's views on the default offline run, each with its mechanism and the control under which it vanishes
+    (checked here, never in the notebook). The reader's ceiling is 1.00 on every type with gold evidence
+    (tests/test_memtrace_ceiling.py), so what differs below is what the memory kept."""
     _, res, _ = runs['memtrace-defaults']
     t3 = pd.read_csv(res / 'table3_maintenance.csv')
     fresh = t3.pivot_table(index='system', columns='qtype', values='fresh')
     sat = t3.pivot_table(index='system', columns='qtype', values='saturated')
-    # trajectory below current and historical: the reader names one state, a trajectory needs both (or says none changed)
-    assert (sat['trajectory'] < sat[['current', 'historical']].min(axis=1)).all(), sat
-    # long context loses what its window evicts: the saturated current state falls below the fresh one
     lc = [s for s in fresh.index if s.startswith('long-context')]
-    assert lc and all(sat.loc[s, 'current'] < fresh.loc[s, 'current'] for s in lc), (fresh.loc[lc], sat.loc[lc])
+    stores = [s for s in fresh.index if not s.startswith('long-context') and 'strong' in s]
+    # forgetting: the long-context window evicts early sessions, so saturated facts fall below fresh ones; the stores keep them
+    assert lc and all(sat.loc[s, 'current'] < fresh.loc[s, 'current'] - 0.3 for s in lc), (fresh.loc[lc], sat.loc[lc])
+    assert all(sat.loc[s, 'current'] >= 0.95 for s in stores), sat.loc[stores]
     t4 = pd.read_csv(res / 'table4_conditions.csv').set_index(['system', 'probes'])
     strong = [s for s in t4.index.get_level_values(0).unique() if 'strong' in s]
     weak = [s for s in t4.index.get_level_values(0).unique() if 'weak' in s]
-    # the strong tier abstains without support, the weak one answers on partial support: boundary hallucination differs ...
-    assert max(t4.loc[(s, 'boundary'), 'hallucination'] for s in weak) > max(t4.loc[(s, 'boundary'), 'hallucination'] for s in strong)
-    # ... and abstaining is not resolving: boundary-safe systems still fail most conflict probes
-    assert all(t4.loc[(s, 'boundary'), 'abstention'] - t4.loc[(s, 'conflict'), 'gist'] > 0.4 for s in strong), t4
-    t5 = pd.read_csv(res / 'table5_reach_use.csv')
-    assert (t5['reached_unsolved'] > 0).all() and (t5['reach_miss'] < t5['reached_unsolved']).all(), t5   # use, not reach
+    # boundary: the strong tier abstains without support, the weak one answers on partial support (Tier.answer_min)
+    assert min(t4.loc[(s, 'boundary'), 'hallucination'] for s in weak) > max(t4.loc[(s, 'boundary'), 'hallucination'] for s in strong), t4
+    # conflict: a false premise is rejected by naming the remembered value, which the stores hold and the window evicted
+    assert all(t4.loc[(s, 'conflict'), 'gist'] >= 0.9 for s in strong if not s.startswith('long-context')), t4
+    assert all(t4.loc[(s, 'conflict'), 'gist'] < 0.9 for s in strong if s.startswith('long-context')), t4
+
+
+def test_memtrace_forgetting_vanishes_with_a_window_that_holds_the_history(runs):
+    "The control of the two eviction findings above: a window that holds every session forgets nothing and resolves conflicts."
+    _, res, _ = runs['memtrace-window-holds-history']
+    t3 = pd.read_csv(res / 'table3_maintenance.csv').set_index(['system', 'qtype'])
+    lc = [s for s in t3.index.get_level_values(0).unique() if s.startswith('long-context')]
+    assert lc and all(t3.loc[(s, 'current'), 'saturated'] >= 0.95 for s in lc), t3
+    t4 = pd.read_csv(res / 'table4_conditions.csv').set_index(['system', 'probes'])
+    assert all(t4.loc[(s, 'conflict'), 'gist'] >= 0.9 for s in lc), t4
 
 
 def test_memtrace_reads_halumem_files_end_to_end(runs):
@@ -145,8 +157,11 @@ def test_memtrace_reads_halumem_files_end_to_end(runs):
 
 def test_default_offline_subtlememory_run_locates_failures_in_the_right_stage(runs):
     """Seed 003's waterfall on the default offline run (checked here, never in the notebook): the long-context window evicts
-    early sessions, so preservation fails there and only there; the hashed dense memory retrieves the variants less often
-    than BM25; and the strong tier, which reads anchors and asks for clarification, beats the weak one under oracle."""
+    early sessions, so preservation fails there and only there (its control, a window that holds the history, is in
+    tests/test_subtle_controls.py); the hashed dense memory retrieves the variants less often than BM25; and under oracle
+    the tiers order by their relation skills (tests/test_subtle_reader_ceiling.py: strong 1.00 with gold evidence). The
+    earlier claim that the oracle beats the best system (D.3, b > c) came from sets that repeated one template, whose
+    siblings crowded the top-k; with a topic and values per set the strong tier with BM25 matches the oracle."""
     _, res, _ = runs['subtlememory-defaults']
     wf = pd.read_csv(res / 'waterfall.csv')
     ov = wf[(wf['scope'] == 'overall') & (wf['model'] == 'reader-strong')].assign(mem=lambda d: d['memory'].str.replace(r'\[.*', '', regex=True))
@@ -156,8 +171,6 @@ def test_default_offline_subtlememory_run_locates_failures_in_the_right_stage(ru
     t3 = pd.read_csv(res / 'table3_accuracy.csv')
     orc = t3[t3['memory'] == 'oracle'].set_index('model')['overall']
     assert orc['reader-strong'] > orc['reader-medium'] > orc['reader-weak'], orc
-    d3 = pd.read_csv(res / 'tableD3_paired.csv').set_index('model')
-    assert d3.loc['reader-strong', 'diff'] > 0 and d3.loc['reader-strong', 'b'] > d3.loc['reader-strong', 'c'], d3
 
 
 def test_subtlememory_reads_released_layouts_end_to_end(runs):
