@@ -17,7 +17,7 @@ __all__ = ['PEOPLE', 'SLOTS', 'EVENTS', 'POOLS_B', 'SLOTS_B', 'EVENTS_B', 'Phras
            'PHRASING_TALLIES', 'POOL_TOPICS', 'DETAILS', 'ASPECTS', 'FOLLOWUPS', 'EXTRAS', 'LADDER_QTYPES',
            'LadderQType', 'Slot', 'relative_event', 'filler_turns', 'fmt_date', 'date_answers', 'draw_turns',
            'make_history', 'make_benchmark', 'Tally', 'chat_turns', 'distractor_sentence', 'make_pool',
-           'make_ladder_benchmark']
+           'make_ladder_benchmark', 'distinct_draws']
 
 # %% ../nbs/01_synth.ipynb #1ad2fc3d
 @dataclass(frozen=True)
@@ -546,3 +546,12 @@ def make_ladder_benchmark(n_queries: InstanceCount=50, # queries, one instance e
     pool = make_pool(pool_size, seed=seed, session_turns=session_turns if pool_turns is None else pool_turns,
                      distractor_rate=distractor_rate, start=start, span_days=span_days, phrasing=phrasing)
     return instances, pool
+
+# %% ../nbs/01_synth.ipynb #981a0674
+def distinct_draws(draw, # a seeded draw, e.g. a Faker provider method: called until `n` distinct values came back
+                   n: int # values wanted
+                  ) -> tuple:
+    "The first `n` distinct values of repeated draws, in the order they came."
+    out = {}
+    while len(out) < n: out.setdefault(draw(), None)
+    return tuple(out)

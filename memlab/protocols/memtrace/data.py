@@ -13,7 +13,7 @@ import pandas as pd
 from pydantic import Field
 from ...core import Turn, Session, Query, Instance, Record, read_json_records, stable_hash, count_tokens
 from ...data import LOADERS, INSPECTORS, KNOWN_SHA256, Fields, file_sha256, verify_sha256, _check_sha, _dup_check
-from ...synth import filler_turns
+from ...synth import filler_turns, distinct_draws
 
 # %% auto #0
 __all__ = ['HALUMEM_TS', 'SESSION_DATE', 'MEMORY_TYPES', 'MEMORY_SOURCES', 'QUESTION_TYPES', 'HALUMEM_LAYOUTS', 'KP_GROUPS',
@@ -468,10 +468,7 @@ def _faker_pools() -> dict:
     "Cities, companies, first names, surnames and street names from Faker (seeded, pinned): large pools of plausible values."
     from faker import Faker
     fk = Faker('en_US'); fk.seed_instance(2)
-    def distinct(draw, n):
-        out = {}
-        while len(out) < n: out.setdefault(draw(), None)
-        return tuple(out)
+    distinct = distinct_draws
     return dict(city=distinct(fk.city, 300), company=distinct(lambda: fk.last_name() + ' ' + fk.random_element(('Labs', 'Group', 'Systems', 'Foods', 'Logistics')), 300),
                 first=distinct(fk.first_name, 300), name=distinct(fk.name, 300), gym=distinct(lambda: fk.last_name() + ' Fitness', 300),
                 street=distinct(fk.street_name, 300))

@@ -12,7 +12,7 @@ from typing import Any, Literal, Optional
 import pandas as pd
 from ...core import Turn, Session, Query, Instance, RecordError, read_json_records, parse_date
 from ...data import LOADERS, INSPECTORS, Fields
-from ...synth import filler_turns
+from ...synth import filler_turns, distinct_draws
 
 # %% auto #0
 __all__ = ['RELATION_TYPES', 'SUBTYPE_COLUMNS', 'COLUMNS', 'SOURCES', 'SUBJECTS', 'POOL_OF', 'PHRASINGS', 'RELATION_OF', 'FOODS',
@@ -263,10 +263,7 @@ def value_pools() -> dict[str, tuple]:
     "The generator's value pools by kind: weekly slots, calendar dates, foods, city names and brand-like names (Faker, seeded)."
     from faker import Faker
     fk = Faker('en_US'); fk.seed_instance(3)
-    def distinct(draw, n):
-        out = {}
-        while len(out) < n: out.setdefault(draw(), None)
-        return tuple(out)
+    distinct = distinct_draws
     dates = tuple(f'{d} {m}' for mi, m in enumerate(_MONTHS) for d in range(1, (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)[mi] + 1))
     return dict(slot=tuple(f'{d}s at {h}:{mm}' for d in _DAYS for h in range(6, 22) for mm in ('00', '30')), date=dates,
                 food=FOODS, city=distinct(fk.city, 400), name=distinct(fk.last_name, 500))
