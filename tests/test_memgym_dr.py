@@ -222,3 +222,20 @@ def test_verify_and_yield(insts):
     assert all(k.verification['passed'] and validate_dr(k.to_json()) == k for k in kept)
     _, none_kept = verify_all(synth_dr(8, budget_tokens=20_000, seed=3, contradicted=0), R, offline_answer_score)
     assert none_kept['kept'] == 0 and none_kept['failed']['score_long_context <= 0.90'] == 8
+
+
+def test_verifier_agrees_between_phrasings(insts):
+    # the same chains and names written in phrasing b: the verifier keeps as many, fails the same criteria, and the three
+    # conditions score alike (issue 22: CodeQA's verifier once broke 28 of 83 b pairs against 0 of 83)
+    R, out = OfflineDRReasoner(), {}
+    for ph, xs in (('a', insts), ('b', synth_dr(24, budget_tokens=20_000, seed=11, phrasing='b'))):
+        vs = [verify(x, R, offline_answer_score) for x in xs]
+        out[ph] = dict(yield_=sum(v['passed'] for v in vs) / len(vs), failed=Counter(c for v in vs for c in v['failed']),
+                       **{k: sum(v[k] for v in vs) / len(vs) for k in ('score_all_memory', 'score_long_context', 'score_no_memory')})
+    a, b = out['a'], out['b']
+    assert a['yield_'] >= 0.8 and abs(a['yield_'] - b['yield_']) <= 0.05
+    assert all(abs(a['failed'][c] - b['failed'][c]) <= 1 for c in CRITERIA)
+    assert all(abs(a[k] - b[k]) <= 0.05 for k in ('score_all_memory', 'score_long_context', 'score_no_memory'))
+    for ph in ('a', 'b'):                                           # the control: without contradictions nothing is kept
+        _, none = verify_all(synth_dr(8, budget_tokens=20_000, seed=3, contradicted=0, phrasing=ph), R, offline_answer_score)
+        assert none['kept'] == 0 and none['failed']['score_long_context <= 0.90'] == 8

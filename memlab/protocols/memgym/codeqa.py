@@ -485,19 +485,23 @@ def {func}(name, table):
     task='Some {nouns} cannot be found by name although they are registered; find out why.',
     sibling_doc='Store every {noun} under its name in lower case, evicting the oldest beyond {const}.'),
 }
-_PHRASING_B = {   # phrasing 'b' of the kind-specific statements and question, written independently of the 'a' wording above
- 'window': dict(repro_b='Only batches whose final window contains exactly one {noun} break {func}; {n_fail} {nouns} was the smallest batch that failed.',
-        debug_b='Tracing by {dev} showed that {func} ends its loop one step too soon, so {helper} never receives a trailing window of one {noun}.',
-        api_q_b='how does {func} split {nouns} up, and what is done with every group'),
+_PHRASING_B = {   # phrasing 'b' of the kind-specific statements, task and question, written independently of the 'a' wording above
+ 'window': dict(repro_b='Only batches whose final window holds exactly one {noun} trigger the {func} bug; {n_fail} {nouns} was the smallest batch that failed.',
+        debug_b='Tracing by {dev} showed the underlying defect in {func}: its loop ends one step too soon, so {helper} never receives a trailing window of one {noun}.',
+        api_q_b='how does {func} split {nouns} up, and what is done with every group',
+        task_b='After big imports the nightly {job} job sometimes reports one {noun} too few; work out the cause.'),
  'quota': dict(repro_b='Only tenants that have consumed exactly {value} {nouns} trigger the {func} bug; with {n_less} {nouns} used, nothing goes wrong.',
-        debug_b='Tracing by {dev} showed that {func} still says True when usage equals the limit, which lets an extra {noun} through.',
-        api_q_b='under which condition does {func} answer True'),
+        debug_b='Tracing by {dev} showed the underlying defect in {func}: it still says True when usage equals the limit, which lets an extra {noun} through.',
+        api_q_b='under which condition does {func} answer True',
+        task_b='A few tenants are admitted one {noun} beyond their quota; work out the cause.'),
  'default_list': dict(repro_b='Only a second call of {func} inside one worker process triggers the bug, and that call reports {n_fail} {nouns} more than it should.',
-        debug_b='Tracing by {dev} showed that the default list of {func} is built once when the module loads and then reused by all calls in the worker.',
-        api_q_b='what value comes back from {func} once a key has been recorded'),
+        debug_b='Tracing by {dev} showed the underlying defect in {func}: its default list is built once when the module loads and then reused by all calls in the worker.',
+        api_q_b='what value comes back from {func} once a key has been recorded',
+        task_b='Within a single worker, the counts from {caller} keep rising from run to run; work out the cause.'),
  'case': dict(repro_b="Only names containing upper-case letters trigger the {func} bug, for example '{Name}' coming from the {site} feed.",
-        debug_b='Tracing by {dev} showed that {sibling} saves keys lower-cased while {func} looks names up unchanged.',
-        api_q_b='what comes back from {func}, and what is the size limit of the registry'),
+        debug_b='Tracing by {dev} showed the underlying defect in {func}: {sibling} saves keys lower-cased, yet names are looked up exactly as written.',
+        api_q_b='what comes back from {func}, and what is the size limit of the registry',
+        task_b='Registered {nouns} are sometimes missing when looked up by name; work out the cause.'),
 }
 for _k, _v in _PHRASING_B.items(): _KINDS[_k].update(_v)
 BUG_KINDS = tuple(_KINDS)
@@ -606,11 +610,17 @@ def _facts(s: dict, phrasing: str='a') -> list[GroundingFact]:
                           evidence=f'docstring in {core if i == "F7" else s["pkg"] + "/" + s["io"] + ".py"}' if disc else 'only in the debugging record')
             for i, c, t, cat, disc, rel, h in (rows if phrasing == 'a' else [_rephrase(r, K) for r in rows])]
 
+_TOPICS_B = {   # phrasing 'b' of the topics, in the words of b's statements (b's questions are written from them)
+    'F1': 'the client that needs {func} never to drop or repeat {a_noun}, and why', 'F2': 'the inputs that trigger the {func} bug',
+    'F3': 'the alert a misbehaving {func} makes the nightly {job} job fire, and its last log line', 'F4': 'the underlying defect tracing {func} showed',
+    'F5': 'why the fix has to leave the parameters of {func} as they are', 'F6': 'why the team agreed to leave {const} where it is',
+    'F7': 'what {func} does, as its docstring says', 'F8': 'which function passes its batches to {func}'}
+
 def _rephrase(row: tuple, K: dict) -> tuple:
-    "A fact row with its statement in phrasing 'b'."
-    i, c, *rest = row
+    "A fact row with its statement and topic in phrasing 'b'."
+    i, c, t, *rest = row
     c = {'F2': K['repro_b'], 'F4': K['debug_b']}.get(i) or _FACTS_B.get(i, c)
-    return (i, c.replace('{log}', K['log']), *rest)
+    return (i, c.replace('{log}', K['log']), _TOPICS_B[i], *rest)
 
 _QA = (   # (key, question template, linked facts)
     ('repro', 'Under what input condition does the {func} failure reproduce?', ['F2']),
@@ -625,17 +635,17 @@ _QA = (   # (key, question template, linked facts)
     ('debug+error+api', 'What root cause did the debugging of {func} find, which alert does the nightly {job} job raise, and {api_q}?', ['F4', 'F3', 'F7']),
     ('api', '{API_Q}?', ['F7']))
 
-_QA_B = (   # phrasing 'b': the same keys and linked facts, the questions written again
-    ('repro', 'Which inputs trigger the bug in {func}?', ['F2']),
-    ('error', 'When {func} goes wrong, what alert fires in the nightly {job} job and what is the last log line?', ['F3']),
-    ('debug', 'What did the investigation of {func} reveal as the underlying defect?', ['F4']),
-    ('customer', 'Which client needs {func} to count every {noun} exactly once, and for what reason?', ['F1']),
+_QA_B = (   # phrasing 'b': the same keys and linked facts, the questions written again from b's topics (`_TOPICS_B`)
+    ('repro', 'Which inputs trigger the {func} bug?', ['F2']),
+    ('error', 'What alert does a misbehaving {func} make the nightly {job} job fire, and what is the last log line?', ['F3']),
+    ('debug', 'What underlying defect did tracing {func} show?', ['F4']),
+    ('customer', 'Which client needs {func} never to drop or repeat {a_noun}, and for what reason?', ['F1']),
     ('signature', 'Why must the fix leave the parameters of {func} as they are?', ['F5']),
-    ('constant', 'What is the reason {const} is not being changed?', ['F6']),
-    ('repro+debug', 'Which inputs trigger the bug in {func}, and what did the investigation reveal as the underlying defect?', ['F2', 'F4']),
-    ('error+customer', 'What alert fires in the nightly {job} job when {func} goes wrong, and which client needs {func} to count every {noun} exactly once?', ['F3', 'F1']),
-    ('signature+constant', 'Why must the fix leave the parameters of {func} as they are, and what is the reason {const} is not being changed?', ['F5', 'F6']),
-    ('debug+error+api', 'What did the investigation of {func} reveal as the underlying defect, what alert fires in the nightly {job} job, and {api_q}?', ['F4', 'F3', 'F7']),
+    ('constant', 'Why did the team agree to leave {const} where it is?', ['F6']),
+    ('repro+debug', 'Which inputs trigger the {func} bug, and what underlying defect did tracing show?', ['F2', 'F4']),
+    ('error+customer', 'What alert does a misbehaving {func} make the nightly {job} job fire, and which client needs {func} never to drop or repeat {a_noun}?', ['F3', 'F1']),
+    ('signature+constant', 'Why must the fix leave the parameters of {func} as they are, and why did the team agree to leave {const} where it is?', ['F5', 'F6']),
+    ('debug+error+api', 'What underlying defect did tracing {func} show, what alert does the nightly {job} job fire, and {api_q}?', ['F4', 'F3', 'F7']),
     ('api', '{API_Q}?', ['F7']))
 
 def _qa_pairs(s: dict, facts: list[GroundingFact], rng: random.Random, phrasing: str='a') -> list[QAPair]:
@@ -663,6 +673,15 @@ _CONTRA = {   # same-function contradictions: (plain, echoing the question's wor
            "{skeptic}'s earlier debugging of {func} found the root cause in the {io} writer instead, a race on the {store}."),
     'F1': ('{skeptic} assumed the request came from {wrong_customer}, who only needs approximate totals.',
            'The customer that depends on {func} handling every {noun} exactly once is {wrong_customer}, according to {skeptic}.')}
+_CONTRA_B = {   # phrasing 'b' of the contradictions, the second of each echoing b's question words
+    'F2': ('Until the tracing, {skeptic} believed only batches bigger than {wrong} {nouns} could break {func}.',
+           '{skeptic} still holds that the inputs which trigger the {func} bug are batches of more than {wrong} {nouns}.'),
+    'F3': ('An outdated note says alert {wrong_code} comes from the nightly {job} job whenever {func} fails.',
+           '{skeptic} recalls that a misbehaving {func} makes the nightly {job} job fire alert {wrong_code}, with a timeout after {wrong} seconds as the last log line.'),
+    'F4': ('In the chat, {skeptic} first suspected the {util} helpers, not {func}.',
+           "{skeptic}'s earlier tracing of {func} showed the underlying defect in the {io} writer instead, a race on the {store}."),
+    'F1': ('According to {skeptic}, the request came from {wrong_customer}, which can live with approximate totals.',
+           'The client that needs {func} never to drop or repeat {a_noun} is {wrong_customer}, according to {skeptic}.')}
 
 def _perturb(text: str, s: dict, rng: random.Random) -> str:
     "A near-miss: the function swapped for its sibling and every number changed."
@@ -680,41 +699,55 @@ def _distractors(s: dict, other: dict, facts: list[GroundingFact], qas: list[QAP
     for fid in rng.sample(crit, rng.randint(1, 2)): out.append(('adversarial', _perturb(fmap[fid].content, s, rng), target(fid)))
     wrong = dict(wrong=s['n_fail'] + rng.randint(50, 400) if s['n_fail'] else rng.randint(50, 400), wrong_code=f'{s["pkg"][:3].upper()}-{rng.randint(1000, 9999)}',
                  wrong_customer=f"{_word(rng).capitalize()} {rng.choice(('Works', 'Partners', 'Retail'))}")
-    for fid in rng.sample(crit, rng.randint(1, 2)): out.append(('same_function', _fill(rng.choice(_CONTRA[fid]), {**s, **wrong}), target(fid)))
+    for fid in rng.sample(crit, rng.randint(1, 2)): out.append(('same_function', _fill(rng.choice((_CONTRA if phrasing == 'a' else _CONTRA_B)[fid]), {**s, **wrong}), target(fid)))
     return [DistractorFact(id=f'D{k + 1}', content=c, source=src, target_qa_id=t) for k, (src, c, t) in enumerate(out)]
 
 # %% ../../../nbs/protocols/memgym/04_codeqa.ipynb #829c1b41
-def _record(s: dict, other: dict, facts: list[GroundingFact], ds: list[DistractorFact], rng: random.Random) -> dict[str, str]:
-    "Incident report, debug notes and review comments carrying the facts and distractors."
+_RECORD_LINES = {   # the record's own working lines (everything but facts and distractors), one set per phrasing
+ 'a': dict(title='# Incident {ticket}: {job} totals drift', reported='Reported by {reporter} on {date}. Severity: {sev}.',
+           summary='### Summary', timeline='### Timeline', start='- 02:10 The nightly run started on schedule with {workers} workers.',
+           opened='- 08:30 {reporter} opened this ticket and paged the {pkg} team.', repro='### Reproduction',
+           laptops='We could not reproduce it on the developer laptops until {dev} replayed the production input.',
+           related='### Possibly related', linked='Linked from the {opkg} tracker: ', also='Also from the {opkg} tracker: ',
+           notes='Debug notes on {func} ({dev}, {date})', setup='Set up a clean checkout of {pkg} and pinned the test data from the incident.',
+           bisect='I bisected the last {commits} commits without finding a recent change that explains it.',
+           next='Next step: write a regression test in tests/test_{core}.py and ask for review.',
+           review='Review of PR #{pr}: fix {func}', thanks='{reviewer}: Thanks, the regression test reads well.',
+           touch='{reviewer2}: Please do not touch the constant while you are there.', agreed='{dev}: Agreed on both.',
+           approved='{reviewer}: Approved once CI is green.'),
+ 'b': dict(title='# Ticket {ticket}: drifting totals in {job}', reported='Opened on {date} by {reporter}; priority {sev}.',
+           summary='### Overview', timeline='### Sequence of events', start='- 02:10 {workers} workers picked up the nightly run on time.',
+           opened='- 08:30 {reporter} filed this ticket and alerted the {pkg} maintainers.', repro='### Triggering it',
+           laptops='Local machines never showed the problem until {dev} fed the production data in again.',
+           related='### Maybe connected', linked='From the {opkg} issue list: ', also='Another one from the {opkg} issue list: ',
+           notes='Working log for {func} ({dev}, {date})', setup="Cloned {pkg} fresh and froze the incident's test data.",
+           bisect='Going back through {commits} commits turned up no recent change to blame.',
+           next='To do: add a regression test to tests/test_{core}.py, then request a review.',
+           review='PR #{pr} review thread: {func} fix', thanks='{reviewer}: The new regression test looks clear to me.',
+           touch='{reviewer2}: Leave the constant alone in this change, please.', agreed='{dev}: Fine with both points.',
+           approved='{reviewer}: LGTM after a green CI run.')}
+
+def _record(s: dict, other: dict, facts: list[GroundingFact], ds: list[DistractorFact], rng: random.Random, phrasing: str='a') -> dict[str, str]:
+    "Incident report, debug notes and review comments carrying the facts and distractors, in the phrasing's words."
     F = {f.id: f.content for f in facts}
     by = lambda src: [d.content for d in ds if d.source == src]
     cross, same_repo, adv, contra = by('cross_instance'), by('same_repo'), by('adversarial'), by('same_function')
-    d = s['date']
+    v = dict(s, sev=rng.choice(("medium", "high")), workers=rng.randint(3, 9), opkg=other['pkg'])
+    L = {k: t.format(**v) for k, t in _RECORD_LINES[phrasing].items() if k != 'bisect'}
     incident = '\n'.join([
-        f'# Incident {s["ticket"]}: {s["job"]} totals drift', '',
-        f'Reported by {s["reporter"]} on {d}. Severity: {rng.choice(("medium", "high"))}.', '',
-        '### Summary', _fill(_KINDS[s['kind']]['task'], s).split(';')[0] + '.', F['F1'], '',
-        '### Timeline',
-        f'- 02:10 The nightly run started on schedule with {rng.randint(3, 9)} workers.',
-        f'- 02:47 {F["F3"]}',
-        f'- 08:30 {s["reporter"]} opened this ticket and paged the {s["pkg"]} team.', '',
-        '### Reproduction', F['F2'],
-        f'We could not reproduce it on the developer laptops until {s["dev"]} replayed the production input.', '',
-        '### Possibly related',
-        f'Linked from the {other["pkg"]} tracker: {cross[0]}',
-        f'Also from the {other["pkg"]} tracker: {cross[1]}', ''])
-    notes = [f'Debug notes on {s["func"]} ({s["dev"]}, {d})', '',
-             f'Set up a clean checkout of {s["pkg"]} and pinned the test data from the incident.']
+        L['title'], '', L['reported'], '',
+        L['summary'], _fill(_KINDS[s['kind']]['task' if phrasing == 'a' else 'task_b'], s).split(';')[0] + '.', F['F1'], '',
+        L['timeline'], L['start'], f'- 02:47 {F["F3"]}', L['opened'], '',
+        L['repro'], F['F2'], L['laptops'], '',
+        L['related'], L['linked'] + cross[0], L['also'] + cross[1], ''])
+    notes = [L['notes'], '', L['setup']]
     notes += contra[:1]
-    notes += [F['F7'], f'I bisected the last {rng.randint(12, 40)} commits without finding a recent change that explains it.']
+    notes += [F['F7'], _RECORD_LINES[phrasing]['bisect'].format(commits=rng.randint(12, 40))]
     notes += adv
-    notes += [F['F4'], f'Next step: write a regression test in tests/test_{s["core"]}.py and ask for review.', '']
-    review = [f'Review of PR #{s["pr"]}: fix {s["func"]}', '',
-              f'{s["reviewer"]}: Thanks, the regression test reads well.', F['F5'],
-              f'{s["reviewer2"]}: Please do not touch the constant while you are there.', F['F6'], same_repo[0],
-              f'{s["dev"]}: Agreed on both.', F['F8']]
+    notes += [F['F4'], L['next'], '']
+    review = [L['review'], '', L['thanks'], F['F5'], L['touch'], F['F6'], same_repo[0], L['agreed'], F['F8']]
     review += contra[1:]
-    review += [f'{s["reviewer"]}: Approved once CI is green.', '']
+    review += [L['approved'], '']
     return {f'incident_report_{s["ticket"]}.md': incident, f'debug_notes_{s["func"]}.md': '\n'.join(notes),
             f'review_comments_pr{s["pr"]}.md': '\n'.join(review)}
 
@@ -831,8 +864,8 @@ def synth_codeqa(n: int, # instances
             ds = _distractors(s, other, facts, qas, rng, phrasing)
             base = f'{s["pkg"]}__{s["func"]}.{seed}_{i}'
             inst = CodingQAInstance(
-                instance_id=f'coding_qa__{base}', base_instance=base, task_prompt=_fill(_KINDS[s['kind']]['task'], s),
-                memory_files=_record(s, other, facts, ds, rng), repo_context=skel, repo_files=buggy,
+                instance_id=f'coding_qa__{base}', base_instance=base, task_prompt=_fill(_KINDS[s['kind']]['task' if phrasing == 'a' else 'task_b'], s),
+                memory_files=_record(s, other, facts, ds, rng, phrasing), repo_context=skel, repo_files=buggy,
                 referenced_files=[f'{s["pkg"]}/{s["core"]}.py', f'{s["pkg"]}/{s["io"]}.py'], qa_pairs=qas, grounding_facts=facts,
                 distractors=ds, patch=make_patch(buggy, fixed), num_critical_facts=sum(f.relevance == 'critical' for f in facts),
                 num_external_facts=sum(not f.discoverable for f in facts))
