@@ -14,8 +14,8 @@ from memlab.protocols.subtle.protocol import subtlememory_dataset
 from memlab.protocols.subtle.answer import SubtleReader, oracle_setting
 from memlab.protocols.subtle.judge import SubtleOfflineJudge
 
-KNOWN_GAPS = {('contradictory', 'b'): "'What day is my X happening?' shares a verb with one of two conflicting statements, "
-                                       "which the strong tier reads as a context anchor"}
+KNOWN_GAPS = {}     # (subtype, phrasing) -> why it misses the ceiling; none left (the last: a verb shared with one of two
+                    # conflicting statements read as a context anchor, closed by `slot_terms`)
 
 
 def ceiling(phrasing: str, tier: str='strong') -> pd.DataFrame:

@@ -18,7 +18,7 @@ from ...runner import EVIDENCE, EvidenceView
 # %% auto #0
 __all__ = ['V1_CONCISE', 'V2_CONFLICT_AUDITOR', 'ANSWER_PROMPTS', 'PROMPT_NAMES', 'RELATION_TIERS', 'CLARIFY', 'COMMON_ZIPF',
            'answer_prompt', 'oracle_transcript', 'oracle_setting', 'format_context', 'clean_answer',
-           'SubtleAnswerModel', 'RelationTier', 'evidence_sentences', 'stated_time', 'time_anchored',
+           'SubtleAnswerModel', 'RelationTier', 'evidence_sentences', 'stated_time', 'time_anchored', 'slot_terms',
            'context_anchored', 'anchored', 'distinguished', 'negative', 'additive', 'common', 'value_of',
            'relation_answer', 'SubtleReader']
 
@@ -204,12 +204,23 @@ def time_anchored(question: str, # the query
     if _NOW.search(question): return max(options, key=lambda o: stated_time(o[0]))
     return None
 
+_LINK = frozenset('a an the on for in at with to by from of through into onto until since'.split())
+
+def slot_terms(text: str, # a statement
+               value: str # the value it gives (`value_of`)
+              ) -> set:
+    "The terms of the word that links a statement to its value (happens on 12 March: happen); prepositions and articles skipped."
+    i = text.find(value)
+    for w in reversed(re.findall(r"[A-Za-z][\w'\-]*", text[:max(i, 0)])):
+        if w.lower() not in _LINK: return set(rterms(w))
+    return set()
+
 def context_anchored(question: str, # the query
                      options: list[tuple] # (sentence, value) pairs that compete
                     ) -> Optional[tuple]:
     "The one option holding the terms of the question's condition phrase (at home, for the robotics course), else None."
     cond = {t for m in _COND.finditer(question) for t in terms(m.group(1))}
-    hit = [o for o in options if cond & o[0].terms]
+    hit = [o for o in options if cond & (o[0].terms - slot_terms(o[0].text, o[1]))]
     return hit[0] if len(hit) == 1 else None
 
 def anchored(question: str, # the query
@@ -222,7 +233,7 @@ def distinguished(content: list[str], # the question's content terms
                   options: list[tuple] # (sentence, value) pairs that say the same slot
                  ) -> Optional[tuple]:
     "The one statement holding question terms no other holds (the robotics course, not the data science one), or None."
-    own = [o for o in options if set(content) & o[0].terms - set().union(*(p[0].terms for p in options if p is not o))]
+    own = [o for o in options if set(content) & o[0].terms - slot_terms(o[0].text, o[1]) - set().union(*(p[0].terms for p in options if p is not o))]
     return own[0] if len(own) == 1 else None
 
 
@@ -290,17 +301,25 @@ def value_of(text: str, # a statement
 
 
 # %% ../../../nbs/protocols/subtle/02_answer.ipynb #482cd471
+def _matches(qi, # the question's reading (`read_question`)
+             sents: list[Sentence] # what the reader read
+            ) -> tuple:
+    "(qi, [(coverage, sentence)]): the user's sentences holding question terms (idf-weighted coverage), else anyone's."
+    if not qi.content: return qi, []
+    w = weigh(qi, sents); tot = sum(w.values())
+    scored = [(sum(w[t] for t in qi.content if t in s.terms) / tot, s) for s in sents]
+    return qi, [(c, s) for c, s in scored if c > 0 and s.role == 'user'] or [(c, s) for c, s in scored if c > 0]
+
 def relation_answer(question: str, # the query
                     sents: list[Sentence], # what the reader read
                     tier: RelationTier # its relation skills
                    ) -> str:
     "The offline reader's answer: one value, an aggregate, an anchored choice, the latest, or a clarification request."
     qi = read_question(question)
-    if not sents or not qi.content: return "I don't know"
-    w = weigh(qi, sents); tot = sum(w.values())
-    scored = [(sum(w[t] for t in qi.content if t in s.terms) / tot, s) for s in sents]
-    users = [(c, s) for c, s in scored if c > 0 and s.role == 'user']
-    scored = users or [(c, s) for c, s in scored if c > 0]
+    qi = replace(qi, content=list(dict.fromkeys([*qi.content, *rterms(' '.join(qi.claims))])))   # 'Spanish lessons': what it is about
+    if not sents: return "I don't know"
+    qi, scored = _matches(qi, sents)
+    if not scored: qi, scored = _matches(replace(qi, content=list(dict.fromkeys(rterms(question)))), sents)   # 'which phone': read its noun
     if not scored: return "I don't know"
     top = max(c for c, _ in scored)
     ranked = sorted(scored, key=lambda cs: (-cs[0], cs[1].order))
