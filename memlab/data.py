@@ -15,8 +15,9 @@ from .judge import LOCOMO_CATEGORIES
 # %% auto #0
 __all__ = ['KNOWN_SHA256', 'read_records', 'LME_TYPES', 'LME_DATE_FORMAT', 'LME_LAYOUTS', 'LOCOMO_DATE_FORMATS',
            'LOCOMO_ABSTAIN_ANSWER', 'LOADERS', 'INSPECTORS', 'ChecksumError', 'file_sha256', 'verify_sha256', 'Fields',
-           'lme_layout', 'load_longmemeval', 'parse_dia_ids', 'load_locomo', 'split_queries', 'records_of', 'summarize',
-           'inspect_dataset', 'inspect_longmemeval', 'inspect_locomo', 'inspection_text']
+           'lme_layout', 'load_longmemeval', 'parse_dia_ids', 'load_locomo', 'split_queries', 'records_of',
+           'question_values', 'duplicate_sets', 'summarize', 'inspect_dataset', 'inspect_longmemeval', 'inspect_locomo',
+           'inspection_text']
 
 # %% ../nbs/01a_data.ipynb #d765bc61
 KNOWN_SHA256: dict[str, str] = {}   # {file name: sha256}; datasets.md records none for these files, so none is filled in
@@ -304,9 +305,29 @@ LOADERS = Registry('dataset format')
 LOADERS.register('longmemeval')(load_longmemeval)
 LOADERS.register('locomo')(load_locomo)
 
+def _norm_value(v) -> str: return ' '.join(str(v).lower().split())
+
+def question_values(q: Query) -> set:
+    "The values a question's facts use: its answer (not an abstention's), the value it replaced or presupposes, its near miss, its counted items."
+    vals = [] if q.abstention or q.meta.get('items') else q.answers[:1]
+    vals += [q.meta[k] for k in ('previous_answer', 'premise_value', 'near_miss') if q.meta.get(k)] + list(q.meta.get('items') or ())
+    return {_norm_value(v) for v in vals if _norm_value(v)}
+
+def duplicate_sets(instances: list[Instance]) -> dict[str, int]:
+    "Questions whose values repeat another question's of their record (one user): the same correct answer, or any shared value."
+    same_answer = shared = 0
+    for inst in instances:
+        answers, seen = set(), set()
+        for q in inst.queries:
+            a, vals = (_norm_value(q.answers[0]) if q.answers and not q.abstention else ''), question_values(q)
+            same_answer += bool(a) and a in answers; shared += bool(vals & seen)
+            answers.add(a); seen |= vals
+    return {'questions repeating the correct answer of another question of their record': same_answer,
+            'questions sharing a value with another question of their record': shared}
+
 def summarize(instances: list[Instance] # loaded instances
              ) -> pd.DataFrame:
-    "Counts as rows (section, name, value): totals, per-record spread, questions by type, quirks."
+    "Counts as rows (section, name, value): totals, per-record spread, questions by type, quirks, values repeated within a record."
     ns = [len(i.sessions) for i in instances]
     toks = [sum(s.n_tokens for s in i.sessions) for i in instances]
     qs = [q for i in instances for q in i.queries]
@@ -332,7 +353,7 @@ def summarize(instances: list[Instance] # loaded instances
               ('evidence dia ids naming no session', sum(len(q.meta.get('dangling_evidence', [])) for q in qs)),
               ('evidence dia ids naming no turn of their session', sum(len(q.meta.get('missing_turn_evidence', [])) for q in qs)),
               ('questions without evidence', sum(not q.evidence for q in qs))]
-    rows += [('quirks', n, v) for n, v in quirks]
+    rows += [('quirks', n, v) for n, v in quirks] + [('variety', n, v) for n, v in duplicate_sets(instances).items()]
     rows += [('evidence naming no turn', q.id, ', '.join(q.meta['missing_turn_evidence'])) for q in qs if q.meta.get('missing_turn_evidence')]
     df = pd.DataFrame(rows, columns=['section', 'name', 'value'])
     df['value'] = pd.Series([r[2] for r in rows], dtype=object)     # counts stay ints, means floats
