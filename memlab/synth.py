@@ -326,7 +326,7 @@ def _embed(rng, text, n_turns, where='user'):
     return turns
 
 # %% ../nbs/01_synth.ipynb #3120b332
-def make_history(n_queries: QueryCount=20, # questions to ask (types cycle through `qtypes`)
+def make_history(n_queries: QueryCount=10, # questions to ask (types cycle through `qtypes`)
                  n_filler: SessionCount=30, # filler sessions (incl. near-miss distractors)
                  seed: int=0, # everything is derived from this seed
                  session_turns: TurnsSpec=6, # turns per session, or an inclusive (low, high) range drawn per session
