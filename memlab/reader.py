@@ -10,13 +10,15 @@ from functools import lru_cache
 from typing import Literal, Optional
 from .core import QueryView, Step, Evidence, OFFLINE_LABEL, RecordError, parse_date, date_key, dates_in
 from .memory import terms, STOPWORDS
+from wordfreq import zipf_frequency
 from .agent import Policy, POLICIES, Search, Answer
 
 # %% auto #0
 __all__ = ['TierName', 'TIERS', 'ABSTAIN', 'TYPE_NOUNS', 'IRREGULAR', 'LIGHT_VERBS', 'CURRENT', 'CHANGE', 'AS_OF', 'REQUEST',
-           'WHY', 'PLURAL', 'PERSONS', 'COPULA', 'Tier', 'rterms', 'QuestionInfo', 'read_question', 'Sentence',
-           'read_units', 'first_person', 'relative_day', 'day', 'day_of', 'candidate', 'stated_value', 'change_of',
-           'n_items', 'Belief', 'weigh', 'believe', 'change_belief', 'count_belief', 'reformulate', 'OfflineReader']
+           'WHY', 'PLURAL', 'PERSONS', 'COMMON_ZIPF', 'RARE_ZIPF', 'COPULA', 'Tier', 'rterms', 'QuestionInfo',
+           'read_question', 'Sentence', 'read_units', 'first_person', 'relative_day', 'day', 'day_of', 'common_word',
+           'initial_name', 'candidate', 'stated_value', 'change_of', 'n_items', 'Belief', 'weigh', 'believe',
+           'change_belief', 'count_belief', 'reformulate', 'OfflineReader']
 
 # %% ../nbs/04_reader.ipynb #bd24533a
 @dataclass(frozen=True)
@@ -85,6 +87,7 @@ class QuestionInfo:
     plural: bool = False   # the answer may be a list of co-held values
     claims: tuple = ()     # the premise's named things (adjacent premise words joined)
     owner: tuple = ()      # terms of whose fact it is ("Sarah Garcia's"): not required when nothing read names them
+    subject: tuple = ()    # content terms of the last noun phrase a possessive or 'the' opens ('my current headphones'): what it is about
 
 _DATE_Q = re.compile(r"^(?:(?:on|at|in)\s+)?(?:when\b|(?:what|which)\s+(?:date|day)\b)|\b(?:the|what)\s+(?:date|day)\s+(?:when|on which)\b", re.I)
 
@@ -116,11 +119,27 @@ def read_question(question: str) -> QuestionInfo:
     skip = set(TYPE_NOUNS) | set(rterms(' '.join(premise + list(claims))))
     if len(low) > 1 and low[0] in _WH and low[1] not in STOPWORDS: skip |= set(rterms(low[1]))   # what X: X describes the answer
     if count and (m := re.search(r'\bhow many\s+([A-Za-z]+)', question, re.I)): skip |= set(rterms(m[1]))   # how many X: X is counted
+    if re.search(r"\b(?:the|that|this)\s+one\b", question, re.I): skip |= set(rterms('one'))   # 'the one who phoned': a pronoun
     content = [t for t in dict.fromkeys(rterms(undated)) if t not in skip]
     if any(t not in LIGHT_VERBS for t in content): content = [t for t in content if t not in LIGHT_VERBS]   # go, do, ...: not required
     kw = ' '.join(w for w in words if w.lower() not in STOPWORDS and w.lower() not in ('what', 'which', 'when', 'how'))
     return QuestionInfo(content, atype, premise, kw, frozenset(days), count, current, change, as_of, why, bool(PLURAL.search(question)), claims,
-                        tuple(t for i in sorted(owner) for t in rterms(words[i])))
+                        tuple(t for i in sorted(owner) for t in rterms(words[i])), _subject(undated, content + rterms(' '.join(premise))))
+
+_AUX = frozenset('do does did is are was were has have had can will would'.split())
+
+def _subject(text: str, content: list) -> tuple:
+    "Content and named terms of the last noun phrase opened by a possessive or 'the' (up to the next function word; after an auxiliary, 'do my lessons meet', its last word is the verb)."
+    ws, out = re.findall(r"[A-Za-z0-9'\-]+", text), ()
+    for i, w in enumerate(ws):
+        if w.lower() not in ('my', 'our', 'your', 'the'): continue
+        run = []
+        for x in ws[i + 1:]:
+            if x.lower() in STOPWORDS: break
+            run.append(x)
+        if i and ws[i - 1].lower() in _AUX and len(run) > 1: run = run[:-1]
+        if (ts := tuple(t for t in dict.fromkeys(rterms(' '.join(run))) if t in content)): out = ts
+    return out
 
 def _runs(idx: list[int]) -> list[list[int]]:
     "Runs of consecutive indices."
@@ -161,19 +180,19 @@ def read_units(units: list[Evidence]) -> list[Sentence]:
     return out
 
 # %% ../nbs/04_reader.ipynb #3c60ef61
-_FIRST = re.compile(r"\b([Ii]|me|[Ii]'m|[Ii]'ve)\b")   # lower-case 'i' too, as people type
+_FIRST = re.compile(r"\b([Ii]|me|[Ii]'m|[Ii]'ve|[Ww]e|us|[Ww]e're|[Ww]e've)\b")   # lower-case 'i' too, as people type; 'we': the user and theirs
 _NUM = re.compile(r'\b\d+(?:\.\d+)?\b')
 _CAP = re.compile(r"\b[A-Z][a-zA-Z'\-]+(?:\s+(?:of\s+|and\s+)?[A-Z][a-zA-Z'\-]+)*")
 
 PERSONS = ('coworker|colleague|neighbou?r|cousin|friend|manager|boss|roommate|partner|sister|brother|mother|father|mom|dad|'
            'wife|husband|son|daughter|kids?|child(?:ren)?|aunt|uncle|grandmother|grandfather|grandma|grandpa|nephew|niece|parents?')
-_MY_OTHER = re.compile(rf"\bmy\s+(?:\w+\s+)?(?:{PERSONS})s?\b(?!\s+(?:{'|'.join(('and I', 'and me'))}))", re.I)
-_MY = re.compile(r"\bmy\b", re.I)
+_MY_OTHER = re.compile(rf"\b(?:my|our)\s+(?:\w+\s+)?(?:{PERSONS})s?\b(?!\s+(?:{'|'.join(('and I', 'and me'))}))", re.I)
+_MY = re.compile(r"\b(?:my|our)\b", re.I)
 
 def first_person(s: Sentence, # a read sentence
                  asked: frozenset=frozenset() # the question's terms: a person it asks about ('my sister') is no other person
                 ) -> bool:
-    "A user statement about the user: a first-person subject or object (I, me), or something of theirs ('my time') that is not another person ('my coworker')."
+    "A user statement about the user: a first-person subject or object (I, me, we, us), or something of theirs ('my time', 'our cat') that is not another person ('my coworker')."
     other = [m for m in _MY_OTHER.finditer(s.text) if not set(rterms(m[0])) & asked]
     return s.role == 'user' and bool(_FIRST.search(s.text) or (_MY.search(s.text) and not other))
 
@@ -226,6 +245,22 @@ def day_of(date: Optional[str], text: str) -> Optional[str]:
     d = day(date, text)
     return None if d is None else d.strftime('%Y/%m/%d')
 
+COMMON_ZIPF = 4.5   # a word at least this frequent in English (wordfreq's Zipf scale: 'today' 5.6, 'yesterday' 4.9) opens a sentence as a common word
+RARE_ZIPF = 3.5     # a lone opening word is a name only below this ('luckily' 3.9, 'pottery' 3.7; 'Freya' 2.9)
+
+@lru_cache(maxsize=8192)
+def common_word(w: str) -> bool:
+    "A function word or a frequent English word (`COMMON_ZIPF`): capitalized at a sentence's start, it is no name."
+    return w.lower() in STOPWORDS or zipf_frequency(w.lower(), 'en') >= COMMON_ZIPF
+
+def initial_name(phrase: str # the capitalized phrase that opens a sentence
+                ) -> Optional[str]:
+    "The name in a sentence-opening capitalized phrase, leading common words dropped ('The Keljormere River' -> 'Keljormere River', 'Today Melgate' -> 'Melgate'); None when no name is left (one word left: only a rare one)."
+    ws = phrase.split()
+    while ws and (common_word(ws[0]) or ws[0].lower() in ('of', 'and')): ws = ws[1:]
+    if len(ws) == 1 and zipf_frequency(ws[0].lower(), 'en') >= RARE_ZIPF: return None   # 'Luckily', 'Sarah': a word or a name, undecided
+    return ' '.join(ws) or None
+
 def candidate(s: Sentence, # the sentence to extract from
               qi: QuestionInfo # the question's reading
              ) -> Optional[str]:
@@ -235,7 +270,8 @@ def candidate(s: Sentence, # the sentence to extract from
     if qi.atype == 'number':
         return next((n for n in _NUM.findall(s.text) if n not in qwords), None)
     if (v := stated_value(s, qi)): return v
-    caps = [m.group(0) for m in _CAP.finditer(s.text) if m.start() > 0 and m.group(0) not in ('I', "I'm", "I've")]
+    caps = [m.group(0) if m.start() > 0 else initial_name(m.group(0)) for m in _CAP.finditer(s.text)]   # a sentence's first word is capitalized anyway
+    caps = [c for c in caps if c and c not in ('I', "I'm", "I've")]
     caps = [c for c in caps if not set(rterms(c)) <= qwords]
     if caps: return caps[-1]
     toks = [w.strip('.,!?;:"\'') for w in s.text.split()]
@@ -248,6 +284,7 @@ def candidate(s: Sentence, # the sentence to extract from
 _TOK = re.compile(r"[A-Za-z0-9'\-]+|[^\sA-Za-z0-9'\-]")
 COPULA = frozenset('is are was were became becomes'.split())
 _DETERMINERS = frozenset('my your his her their our the a an'.split())
+_SUBJ_PRONOUNS = frozenset('i we you he she it they'.split())
 
 def _value(toks: list[str]) -> Optional[str]:
     "The leading noun phrase of a token run: leading function words and light verbs dropped, up to punctuation or the next function word."
@@ -271,15 +308,16 @@ def stated_value(s: Sentence, # a read sentence
         k = i - 1
         while k >= 0 and k in hit: k -= 1
         if k < 0 or toks[k].lower() not in _DETERMINERS: continue   # the thing named as a noun phrase: 'my X', 'the X'
+        indefinite = toks[k].lower() in ('a', 'an')      # 'V was a student': V is classed, not named as the X
         j = i + 1
         while j < len(toks) and j in hit: j += 1
         if j < len(toks) and toks[j].lower() in COPULA and (v := _value(toks[j + 1:])): return v
         while k >= 0 and toks[k].lower() in _DETERMINERS: k -= 1
-        if k >= 0 and toks[k].lower() in COPULA:
+        if not indefinite and k >= 0 and toks[k].lower() in COPULA:
             start = max([x for x in range(k) if not re.match(r"[A-Za-z0-9]", toks[x])], default=-1) + 1
             if (v := _value(toks[start:k])): return v
-    for i in reversed(hit):
-        if i + 1 < len(toks) and toks[i + 1] == ':' and (v := _value(toks[i + 2:])): return v
+    for i in reversed(hit):                               # 'X: V', unless a clause follows ('the plan: now we fly at V')
+        if i + 1 < len(toks) and toks[i + 1] == ':' and not _SUBJ_PRONOUNS & {t.lower() for t in toks[i + 2:i + 5]} and (v := _value(toks[i + 2:])): return v
     if qi.plural and hit:                                 # an item of a list: the longest run of content words around the list's name
         runs, cur = [], []
         for i, t in enumerate(toks):
@@ -351,6 +389,10 @@ def believe(qi: QuestionInfo, # the question's reading
     if not scored: return Belief(None, 0.0, list(qi.content))
     top = max(c for c, _ in scored)
     near = [(c, s) for c, s in scored if c >= top - (0.2 if qi.current else 0.05)]   # current state: the latest of the values
+    if qi.current and tier.prefer_latest and qi.atype != 'date':   # a current value said with another verb ('returned it and bought one for V'): it supersedes the best match
+        about = set(qi.subject) | set(rterms(' '.join(qi.premise)))   # what it is about, and the things it names ('my trip to Oslo')
+        near += [(top, s) for c, s in scored if qi.subject and (c, s) not in near and about <= s.terms and c >= 0.4 * top and _states_value(s, qi)
+                 and (not tier.first_person or first_person(s, frozenset(qi.content)))]
     if tier.aggregate and qi.count and not any(candidate(s, qi) for _, s in near):   # how many, and no number stated: count what matches, across units
         return count_belief(qi, scored, top, tier)
     absent = [p for p in qi.claims if not any(p.lower() in x.text.lower() for x in sents)]   # named things read nowhere
@@ -372,6 +414,10 @@ def believe(qi: QuestionInfo, # the question's reading
                 return Belief(_rejection(shown, ' '.join(absent or qi.premise)), conf, missing, True)
         return Belief(cand, c, missing)
     return Belief(None, 0.0, list(qi.content))
+
+def _states_value(s: Sentence, qi: QuestionInfo) -> bool:
+    "The sentence states a value of the asked type: a number for *how much/many*, else a value read from it (`candidate`)."
+    return candidate(s, qi) is not None
 
 def _rejection(remembered: str, said: str) -> str:
     "A premise rejected, naming what is remembered."

@@ -5,43 +5,46 @@ Gold evidence is the whole context in one unit (`memlab.protocols.mab.agents.who
 questions carry no evidence labels; the paper's long-context agent reads the whole context), run through
 `memlab.ceiling` (`mab_reader_ceiling`: the runner's `readback` on a window that keeps everything; `empty`: the `none`
 memory), scored by the section's `mab-metric` judge. At the section's size (4000-token contexts, 8 questions per
-context), three seeds, so n >= 20 per family (LongMemEval: per question type, eight seeds).
+context), three seeds, so n >= 20 per family (LongMemEval: per question type, twenty seeds).
 
 Targets (strong tier): gold >= 0.95 and empty <= 0.05 per family; EventQA is a choice among six options, so an empty
 memory scores chance (1/6), not 0; ∞Bench-Sum (F1 against key points) and Recom (Recall@5) are not pass/fail: their
 mean score with gold must exceed the empty score by the margin measured (∞Bench-Sum gold 0.65, Recom 1.00; empty
 0.00). Known gaps are strict xfails with their reason.
+
+Second phrasing sets (issue 22: "every generator gets a second phrasing set ... the strong tier's gold-evidence
+accuracy per type differs by at most 0.05 between the two sets"): FactConsolidation, RULER-QA (per family) and
+LongMemEval (per question type, `phrasing='b'` of `make_longmemeval_s_star`), EventQA (the event sentences; its question
+is the official template).
+
+LongMemEval's single-session-preference is left out of the gold target, as abstention types are elsewhere (issue 22:
+"abstention types aside"): its gold is a rubric the official judge reads with its own template ("a rubric for desired
+personalized response ... The model does not need to reflect all the points in the rubric"), not an answer read back
+from memory. The section's offline judge (offline-match) can only find a gold's words in the answer, so an answer that
+uses the stated preference is WRONG unless it copies the rubric's wording, and the only reader that scores is one that
+writes the generator's rubric template (`test_offline_judge_cannot_score_a_rubric`). Like an abstention question, it
+has no span in memory to read; unlike one, it needs a model judge. Its no-memory floor is still checked.
 """
 import pytest
 
 from memlab.core import Evidence
-from memlab.judge import make_judge
+from memlab.judge import make_judge, LME_TEMPLATES
 from memlab.memory import make_memory
 from memlab.reader import ABSTAIN
 from memlab.protocols.mab.agents import mab_synthetic, mab_reader_ceiling, whole_context, memorize_history, MABJudge
 from memlab.protocols.mab.protocol import retrieval_query
 from memlab.protocols.mab.reader import read_task, numbered_facts, labelled_examples, fact_pool, answer_facts, MAB_SKILLS
-from memlab.protocols.mab.synth import MAB_GENERATORS
+from memlab.protocols.mab.synth import MAB_GENERATORS, LME_PREFERENCES
 
 FAMILIES = sorted(f for f in MAB_GENERATORS if f != 'longmemeval_s*')
-PHRASED = ('factconsolidation_sh', 'factconsolidation_mh', 'ruler_qa1', 'ruler_qa2')   # families with a phrasing 'b' (issue 22, item 5)
+PHRASED = ('eventqa', 'factconsolidation_sh', 'factconsolidation_mh', 'ruler_qa1', 'ruler_qa2')   # families with a phrasing 'b' (issue 22, item 5)
 CONTINUOUS = {'infbench_sum': 0.40, 'recsys_redial': 0.80}   # gold score - empty score, at least (measured: 0.65, 1.00)
 CHANCE = {'eventqa': 1 / 6}                                    # a choice among six options: no memory answers at chance
 LME_TYPES = ('knowledge-update', 'multi-session', 'single-session-assistant', 'single-session-preference',
              'single-session-user', 'temporal-reasoning')
-KNOWN_GAPS = {
-    'icl_trec_fine': "50 fine TREC labels whose questions share frames ('What is X an abbreviation of?' vs 'What is the "
-                     "abbreviation for X?'): the strong tier's label profiles confuse them (gold 0.83)",
-    'knowledge-update': "a current value stated with another verb ('I returned the headphones and bought a better one for "
-                        "149 dollars' for 'How much did I pay for my current headphones?'): the harness reader's believe "
-                        "keeps only sentences within 0.2 of the best coverage, so the older 'I paid 799 dollars' wins",
-    'ruler_qa1/b': "phrasing 'b' (strong gold 0.58 against 1.00): the harness reader's candidate() skips a capitalized "
-                   "phrase that opens a sentence ('The Keljormere River flows through ...', 'Ilse Melstead established ...')",
-    'ruler_qa2/b': "phrasing 'b' (strong gold 0.00 against 1.00): besides the sentence-initial names, the first hop answers "
-                   "with the maker's name when the question's relation ('attend as a student', 'born') is not in the work's passage",
-    'single-session-preference': "the rubric answer ('The user would prefer ...') needs a generated preference, which the "
-                                 "offline reader does not write",
-}
+RUBRIC_TYPES = {'single-session-preference': "judged against a rubric by LongMemEval's preference template; the offline "
+                                               "judge matches words, not a rubric (module docstring)"}
+KNOWN_GAPS = {}   # closed in issue 22: icl_trec_fine, knowledge-update, ruler_qa1/b, ruler_qa2/b
 
 
 def family_instances(fam, seeds=range(3), **kw):
@@ -59,7 +62,7 @@ def table():
         g = t.groupby('setting').apply(lambda d: dict(n=int(d['n'].sum()), accuracy=(d['accuracy'] * d['n']).sum() / d['n'].sum(),
                                                       score=(d['score'] * d['n']).sum() / d['n'].sum()))
         out[fam] = {s: g[s] for s in ('gold', 'empty')}
-    t = mab_reader_ceiling(family_instances('longmemeval_s*', range(8)), ('strong',))
+    t = mab_reader_ceiling(family_instances('longmemeval_s*', range(20)), ('strong',))
     for r in t.itertuples(): out.setdefault(r.qtype, {})[r.setting] = dict(n=r.n, accuracy=r.accuracy, score=r.score)
     return out
 
@@ -74,12 +77,28 @@ def table_b():
     return out
 
 
+@pytest.fixture(scope='module')
+def table_lme_b():
+    "LongMemEval phrasing 'b', per question type: gold and empty accuracy, strong tier."
+    t = mab_reader_ceiling(family_instances('longmemeval_s*', range(20), phrasing='b'), ('strong',))
+    return {(r.qtype, r.setting): dict(n=r.n, accuracy=r.accuracy) for r in t.itertuples()}
+
+
+@pytest.mark.parametrize('qtype', [t for t in LME_TYPES if t not in RUBRIC_TYPES])
+def test_second_phrasing_set_longmemeval(table, table_lme_b, qtype):
+    "The same check per LongMemEval question type (twenty seeds)."
+    g, e = table_lme_b[qtype, 'gold'], table_lme_b[qtype, 'empty']
+    assert g['n'] >= 20 and g['accuracy'] >= 0.95 and e['accuracy'] <= 0.05, (g, e)
+    assert abs(g['accuracy'] - table[qtype]['gold']['accuracy']) <= 0.05, (g, table[qtype])
+
+
 @pytest.mark.parametrize('fam', [pytest.param(f, marks=pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[f + '/b']))
                                  if f + '/b' in KNOWN_GAPS else f for f in PHRASED])
 def test_second_phrasing_set(table, table_b, fam):
     "Issue 22: the reader must not read the generator's wording; an independently worded set scores the same (<= 0.05)."
     b = table_b[fam]
-    assert b['gold']['n'] >= 20 and b['gold']['accuracy'] >= 0.95 and b['empty']['accuracy'] <= 0.05, b
+    floor = CHANCE.get(fam, 0.0) + 0.05 + (0.10 if fam in CHANCE else 0)              # as `test_no_memory_floor`
+    assert b['gold']['n'] >= 20 and b['gold']['accuracy'] >= 0.95 and b['empty']['accuracy'] <= floor, b
     assert abs(b['gold']['accuracy'] - table[fam]['gold']['accuracy']) <= 0.05, (b, table[fam])
 
 
@@ -114,9 +133,29 @@ def test_longmemeval_no_memory(table, qtype):
     assert table[qtype]['empty']['accuracy'] <= 0.05, table[qtype]
 
 
-@pytest.mark.parametrize('qtype', gaps(LME_TYPES))
+@pytest.mark.parametrize('qtype', LME_TYPES)
+def test_longmemeval_enough_questions(table, qtype):
+    assert table[qtype]['gold']['n'] >= 20, table[qtype]
+
+
+@pytest.mark.parametrize('qtype', gaps([t for t in LME_TYPES if t not in RUBRIC_TYPES]))
 def test_longmemeval_gold_ceiling(table, qtype):
     assert table[qtype]['gold']['accuracy'] >= 0.95, table[qtype]
+
+
+def test_offline_judge_cannot_score_a_rubric():
+    "Why preference questions are out of the offline target: LongMemEval judges them by a rubric, offline-match by words."
+    assert set(RUBRIC_TYPES) <= set(LME_TEMPLATES) and all('Rubric' in LME_TEMPLATES[t] for t in RUBRIC_TYPES)
+    qs = [q for i in family_instances('longmemeval_s*', range(20)) for q in i.queries if q.qtype in RUBRIC_TYPES]
+    assert len(qs) >= 20
+    j, n = MABJudge(catalogue='synthetic'), 0
+    for q in qs:
+        (rubric,) = q.answers
+        (v,) = [v for _, ask, tmpl, vals in LME_PREFERENCES.values() if ask == q.question for v in vals if tmpl.format(v=v) == rubric]
+        assert j._verdict(q, rubric)[0] == 'CORRECT'                              # the rubric's own words pass
+        # a response that satisfies the rubric (it uses the preference the user stated) but not in its words fails
+        n += j._verdict(q, f'You told me you love {v}, so go with {v}: you will enjoy it.')[0] == 'WRONG'
+    assert n == len(qs), n
 
 
 def test_gold_is_the_whole_context():

@@ -170,3 +170,31 @@ def test_fact_pool_newest_serial_wins_whatever_the_chunking(data):
     q = f'In which city was {subj} born?'
     assert answer_facts(q, fs, MAB_SKILLS['strong']) == newest
     if order == tuple(range(len(units))): assert answer_facts(q, fs, MAB_SKILLS['weak']) == oldest
+
+
+def _mab_template_fragments() -> set:
+    "Every four-word run of fixed text in the MemoryAgentBench generators' LongMemEval and RULER-QA templates (both phrasings)."
+    import memlab.protocols.mab.synth as S
+    texts = []
+    for facts, (tr_say, tr_ask), tallies, ssa, prefs in S.LME_PHRASINGS.values():
+        texts += [x for f in facts.values() for x in (f.say, f.ask, f.never, f.distract, f.update, f.ask_update) if x]
+        texts += [x for _, say, ask in tallies.values() for x in (say, ask)] + list(ssa[1:]) + [tr_say, tr_ask]
+        texts += [x for say, ask, rubric, _ in prefs.values() for x in (say, ask, rubric)]
+    texts += [q for q, _ in S._QA1 + S._QA1_B] + [x[2] for x in S._QA2 + S._QA2_B]
+    out = set()
+    for x in texts:
+        for part in re.split(r'\{\w+\}', x):
+            w = re.findall(r"[A-Za-z']+", part.lower())
+            out |= {' '.join(w[i:i + 4]) for i in range(len(w) - 3)}
+    return out
+
+
+def test_readers_have_no_mab_template_wording():
+    "Issue 22: no four-word run of a MemoryAgentBench generator's template appears in the harness or the MAB reader's source."
+    import inspect
+    import memlab.reader, memlab.protocols.mab.reader
+    frags = _mab_template_fragments()
+    assert len(frags) > 100
+    for mod in (memlab.reader, memlab.protocols.mab.reader):
+        src = ' '.join(re.findall(r"[A-Za-z']+", inspect.getsource(mod).lower()))
+        assert not sorted(f for f in frags if f in src), mod.__name__

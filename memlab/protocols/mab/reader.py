@@ -20,10 +20,11 @@ from .data import unwrap_memorized
 __all__ = ['MAB_SKILLS', 'RELATION_SYNONYMS', 'TASK_READERS', 'MabSkill', 'as_tier', 'skill_of', 'unit_texts', 'split_text',
            'idf_of', 'entities', 'passages', 'qa_question', 'answer_from_passages', 'chat_units', 'count_answer',
            'chat_question', 'reply_answer', 'answer_chat', 'niah_keys', 'niah_values', 'event_options',
-           'event_previous', 'sentence_terms', 'choose_event', 'labelled_examples', 'features', 'LabelModel',
-           'label_model', 'classify', 'movie_mentions', 'dialogues', 'recommend', 'summarize', 'Fact', 'numbered_facts',
-           'without', 'fact_object', 'resolve_fact', 'answer_facts', 'fact_pool', 'read_passage_qa', 'read_longmemeval',
-           'read_niah', 'read_eventqa', 'read_mcc', 'read_recom', 'read_summary', 'read_factconsolidation', 'read_task']
+           'event_previous', 'sentence_terms', 'choose_event', 'labelled_examples', 'features', 'frame_features',
+           'LabelModel', 'label_model', 'classify', 'movie_mentions', 'dialogues', 'recommend', 'summarize', 'Fact',
+           'numbered_facts', 'without', 'fact_object', 'resolve_fact', 'answer_facts', 'fact_pool', 'read_passage_qa',
+           'read_longmemeval', 'read_niah', 'read_eventqa', 'read_mcc', 'read_recom', 'read_summary',
+           'read_factconsolidation', 'read_task']
 
 # %% ../../../nbs/protocols/mab/04_reader.ipynb #32856d94
 @dataclass(frozen=True)
@@ -133,20 +134,23 @@ def answer_from_passages(question: str, # the question
                          tier: Tier, # believe's settings
                          bridge: bool # follow an entity to a second passage when the first has no answer
                         ) -> Optional[str]:
-    "The answer `believe` finds in the passages naming the question's entity (and, with `bridge`, one hop further)."
+    "The answer `believe` finds in the passages naming the question's entity; with `bridge`, one hop further: an entity of the first passage (the first hop's value) is the subject of a second passage, which answers when it states question words the first one's best sentence lacks (else when it is more confident)."
     qi, ps = qa_question(question), passages(texts)
     ents = sorted(entities(question), key=len, reverse=True)
     focus = next(([p for p in ps if e in p] for e in ents if any(e in p for p in ps)), ps)
     b = believe(qi, _sentences_of(focus), tier)
     if not bridge: return b.answer
-    qi2, best = replace(qi, premise=[]), b
+    best, key = b, (0, b.confidence)
+    rest = [t for t in qi.content if t in b.missing] or qi.content   # the relation words the first passage's best sentence did not state
     fs = set(focus); first = [(p, (split_text(p) or [''])[0]) for p in ps if p not in fs]   # each passage split once
     for e in dict.fromkeys(x for p in focus for x in entities(p)):
         if any(e in x or x in e for x in ents): continue
         hop = [p for p, s0 in first if e in s0]   # passages about e: it is in their first sentence
         if not hop or len(hop) > 3: continue
-        b2 = believe(qi2, _sentences_of(hop), tier)
-        if b2.answer and b2.confidence > best.confidence: best = b2
+        b2 = believe(replace(qi, content=rest, premise=[], keywords=f'{qi.keywords} {e}'), _sentences_of(hop), tier)   # e is the hop's subject, not its answer
+        if not b2.answer: continue
+        k2 = (len(set(rest) - set(b2.missing)) if rest != qi.content else 0, b2.confidence)   # relation words align with the passage that states them
+        if k2 > key: best, key = b2, k2
     return best.answer
 
 # %% ../../../nbs/protocols/mab/04_reader.ipynb #be05e0f5
@@ -319,6 +323,13 @@ def features(sentence: str) -> frozenset:
     ts = terms(sentence)
     return frozenset(ts + [f'{a}_{b}' for a, b in zip(ts, ts[1:])])
 
+_WORD = re.compile(r"[a-z0-9']+")
+
+def frame_features(sentence: str) -> frozenset:
+    "`features`, plus each word paired with a neighbour of the other kind, function word beside content word ('an abbreviation', 'abbreviation of'): the frame stemmed terms drop."
+    ws = _WORD.findall(sentence.lower())
+    return features(sentence) | {f'{a} {b}' for a, b in zip(ws, ws[1:]) if (a in STOPWORDS) != (b in STOPWORDS)}
+
 @dataclass
 class LabelModel:
     "Labelled examples ready to classify against: their features, idf and per-label profiles."
@@ -326,6 +337,9 @@ class LabelModel:
     idf: Callable
     profiles: dict    # label -> Counter(feature -> summed idf)
     norms: dict       # label -> profile length
+    frames: dict = None       # label -> {frame feature -> count x label idf} (`frame_features`)
+    frame_norms: dict = None  # label -> frame profile length
+    label_idf: Callable = None  # frame feature -> log(1 + labels / (0.5 + labels using it))
 
 @lru_cache(maxsize=16)
 def label_model(texts: tuple # unit texts (a tuple: the model of the same read text is built once)
@@ -336,7 +350,13 @@ def label_model(texts: tuple # unit texts (a tuple: the model of the same read t
     idf, prof = idf_of([f for f, _ in ex]), defaultdict(Counter)
     for f, n in ex:
         for t in f: prof[n][t] += idf(t)
-    return LabelModel(ex, idf, dict(prof), {n: math.sqrt(sum(x * x for x in v.values())) or 1.0 for n, v in prof.items()})
+    fr = defaultdict(Counter)
+    for s, n in labelled_examples(list(texts)):
+        for t in frame_features(s): fr[n][t] += 1
+    lidf = idf_of(list(fr.values()))                   # over labels: a frame every label uses weighs nothing
+    frames = {n: {t: c * lidf(t) for t, c in v.items()} for n, v in fr.items()}
+    length = lambda v: math.sqrt(sum(x * x for x in v.values())) or 1.0
+    return LabelModel(ex, idf, dict(prof), {n: length(v) for n, v in prof.items()}, frames, {n: length(v) for n, v in frames.items()}, lidf)
 
 def classify(question: str, # the sentence to label
              model: Optional[LabelModel], # from `label_model`
@@ -354,8 +374,11 @@ def classify(question: str, # the sentence to label
         votes, first = defaultdict(float), {}
         for i in top: votes[ex[i][1]] += sim(ex[i][0]); first.setdefault(ex[i][1], i)
         return max(votes, key=lambda n: (votes[n], -first[n]))
-    p = model.profiles
-    return max(p, key=lambda n: sum(p[n][t] * model.idf(t) for t in q) / model.norms[n])
+    p, fq, fr = model.profiles, frame_features(question), model.frames
+    topic = {n: sum(p[n][t] * model.idf(t) for t in q) / model.norms[n] for n in p}
+    frame = {n: sum(fr[n].get(t, 0) * model.label_idf(t) for t in fq) / model.frame_norms[n] for n in p}
+    t1, t2 = max(topic.values()) or 1.0, max(frame.values()) or 1.0
+    return max(p, key=lambda n: topic[n] / t1 + frame[n] / t2)   # each cosine relative to its best label
 
 # %% ../../../nbs/protocols/mab/04_reader.ipynb #ac37bf7e
 _MOVIE = re.compile(r"([A-Z0-9][\w'’:\-]*(?:\s+(?:of|the|to|and|a|an|in|on|at|for|[A-Z0-9][\w'’:\-]*))*)\s+\((\d{4})\)")

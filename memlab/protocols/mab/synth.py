@@ -16,16 +16,18 @@ from .data import SourceFamily, source_family
 # %% auto #0
 __all__ = ['MAB_GENERATORS', 'META_KEYS', 'FIRST_NAMES', 'TITLE_ADJ', 'TITLE_NOUN', 'PROSE', 'NIAH_NEEDLE', 'NIAH_ADJECTIVES',
            'NIAH_NOUNS', 'LME_FACTS', 'LME_TR_PLACES', 'LME_TR_SAY', 'LME_TR_ASK', 'LME_TALLIES', 'LME_SSA',
-           'LME_PREFERENCES', 'LME_TYPE_COUNTS', 'NUMBER_WORDS', 'EV_OBJECT_VERBS', 'EV_OBJECTS', 'EV_PERSON_VERBS',
-           'EV_PLACES', 'EVENTQA_TASK', 'TREC_FINE', 'INTENT_SETS', 'ICL_SHOTS', 'make_icl_banking77',
-           'make_icl_clinic150', 'make_icl_nlu', 'make_icl_trec_coarse', 'make_icl_trec_fine', 'RECSYS_CATALOGUE_SIZE',
-           'RECSYS_CLUSTER_SIZE', 'INFBENCH_SUM_QUESTION', 'FC_RELATIONS', 'FC_RELATIONS_B', 'FC_PHRASINGS',
-           'FC_CHAINS', 'FC_FIELDS', 'FC_HEADER', 'family', 'generator_family', 'make_row', 'write_rows', 'prose',
-           'niah_keys', 'niah_query', 'make_ruler_niah_mq', 'make_ruler_qa1', 'make_ruler_qa2', 'LmeFact',
-           'make_longmemeval_s_star', 'story_event', 'eventqa_question', 'make_eventqa', 'IntentSet', 'icl_labels',
-           'icl_label_of', 'icl_sentence', 'make_icl', 'recsys_catalogue', 'recsys_entity2id', 'movie_mention',
-           'make_recsys_redial', 'make_infbench_sum', 'FcRelation', 'fc_relations', 'fc_facts', 'fc_answer',
-           'make_factconsolidation_sh', 'make_factconsolidation_mh', 'make_mab']
+           'LME_PREFERENCES', 'LME_TYPE_COUNTS', 'NUMBER_WORDS', 'LME_FACTS_B', 'LME_TR_SAY_B', 'LME_TR_ASK_B',
+           'LME_TALLIES_B', 'LME_SSA_B', 'LME_PREFERENCES_B', 'LME_PHRASINGS', 'EV_OBJECT_VERBS', 'EV_OBJECTS',
+           'EV_PERSON_VERBS', 'EV_PLACES', 'EVENTQA_TASK', 'EV_OBJECT_VERBS_B', 'EV_PERSON_VERBS_B', 'TREC_FINE',
+           'INTENT_SETS', 'ICL_SHOTS', 'make_icl_banking77', 'make_icl_clinic150', 'make_icl_nlu',
+           'make_icl_trec_coarse', 'make_icl_trec_fine', 'RECSYS_CATALOGUE_SIZE', 'RECSYS_CLUSTER_SIZE',
+           'INFBENCH_SUM_QUESTION', 'FC_RELATIONS', 'FC_RELATIONS_B', 'FC_PHRASINGS', 'FC_CHAINS', 'FC_FIELDS',
+           'FC_HEADER', 'family', 'generator_family', 'make_row', 'write_rows', 'prose', 'niah_keys', 'niah_query',
+           'make_ruler_niah_mq', 'make_ruler_qa1', 'make_ruler_qa2', 'LmeFact', 'make_longmemeval_s_star',
+           'story_event', 'eventqa_question', 'make_eventqa', 'IntentSet', 'icl_labels', 'icl_label_of', 'icl_sentence',
+           'make_icl', 'recsys_catalogue', 'recsys_entity2id', 'movie_mention', 'make_recsys_redial',
+           'make_infbench_sum', 'FcRelation', 'fc_relations', 'fc_facts', 'fc_answer', 'make_factconsolidation_sh',
+           'make_factconsolidation_mh', 'make_mab']
 
 # %% ../../../nbs/protocols/mab/03_synth.ipynb #8cc0c8b0
 MAB_GENERATORS = Registry('mab generator')   # family name -> make_<family>
@@ -531,6 +533,66 @@ def _apportion(weights: dict, n: int) -> dict:
     for k in sorted(raw, key=lambda k: (-(raw[k] - out[k]), k))[:n - sum(out.values())]: out[k] += 1
     return out
 
+# %% ../../../nbs/protocols/mab/03_synth.ipynb #99edd393
+LME_FACTS_B = {  # phrasing 'b': the same keys and values, worded anew (other verbs, word order, clause shapes)
+    'pet': LmeFact(LME_FACTS['pet'].keys, LME_FACTS['pet'].values,
+                   "A {k} joined our household; everyone calls it {v}.", "What does everyone call the {k} that joined our household?",
+                   "a {k} joining your household", "{who} took in a {k} not long ago and calls it {v}.",
+                   "We renamed the {k}: these days it answers to {v}.", "What name does our {k} answer to these days?"),
+    'trip': LmeFact(LME_FACTS['trip'].keys, LME_FACTS['trip'].values,
+                    "My flights to {k} are booked for {v}.", "For which month are my flights to {k} booked?", "flights to {k}",
+                    "{who} has flights to {k} booked for {v}.",
+                    "After a rebooking, my {k} flights leave in {v}.", "For which month are my {k} flights booked at the moment?"),
+    'class': LmeFact(LME_FACTS['class'].keys, LME_FACTS['class'].values,
+                     "My {k} lessons meet at {v}.", "Where do my {k} lessons meet?", "{k} lessons",
+                     "{who} goes to {k} lessons at {v}.",
+                     "Heads up, my {k} lessons relocated to {v}.", "Where do my {k} lessons meet these days?"),
+    'color': LmeFact(LME_FACTS['color'].keys, LME_FACTS['color'].values,
+                     "The {k} we ordered for the flat arrived, a {v} one.", "Which color is the {k} we ordered for the flat?",
+                     "ordering a {k}", "{who} ordered a {v} {k} for the office."),
+    'relative': LmeFact(LME_FACTS['relative'].keys, LME_FACTS['relative'].values,
+                        "Next week {v}, my {k}, is staying with me.", "Who is my {k}, the one staying with me?", "your {k}",
+                        "{who} mentioned a {k} named {v}."),
+    'price': LmeFact(LME_FACTS['price'].keys, LME_FACTS['price'].values,
+                     "The {k} set me back {v} dollars.", "How much did the {k} set me back?", "buying a {k}",
+                     "{who} spent {v} dollars on a {k}.",
+                     "I swapped that {k} for a better model costing {v} dollars.", "How much did my current {k} cost?"),
+}
+LME_TR_SAY_B, LME_TR_ASK_B = "I made it to the {k} today.", "On what date did I make it to the {k}?"
+LME_TALLIES_B = {
+    'restaurant': (LME_TALLIES['restaurant'][0], "I had dinner at {v}, a {k} place.", "How many {k} places have I had dinner at?"),
+    'movie': (LME_TALLIES['movie'][0], "I streamed {v}, a {k} film.", "How many {k} films did I say I streamed?"),
+    'course': (LME_TALLIES['course'][0], "I signed up for {v}'s online class on {k}.", "How many online classes on {k} have I signed up for?"),
+}
+LME_SSA_B = (LME_SSA[0], "Could you come up with a name for the {k} I am starting?", "One option: {v}. It is catchy and fits a {k} well.",
+             "Which name did you come up with for the {k} I am starting?")
+LME_PREFERENCES_B = {  # (statement, question, rubric, values) as in `LME_PREFERENCES`, worded anew
+    'dinner': ("Nothing beats {v} cooking for me.", "Any ideas for what I could cook this evening?",
+               "The user would prefer a {v} recipe, given their love of {v} cooking.", LME_PREFERENCES['dinner'][3]),
+    'film': ("Give me a {v} film over anything else.", "Which film should I watch on Saturday?", "The user would prefer a {v} film.",
+             LME_PREFERENCES['film'][3]),
+    'vacation': ("Trips with {v} are the ones I enjoy most.", "Any suggestions for where to travel on my next holiday?",
+                 "The user would prefer a place with {v}.", LME_PREFERENCES['vacation'][3]),
+    'music': ("Lately my headphones play {v} nonstop.", "Could you pick some songs for my road trip?",
+              "The user would prefer songs of {v}.", LME_PREFERENCES['music'][3]),
+    'reading': ("A {v} novel keeps me up all night, every time.", "Which book would you suggest I pick up next?",
+                "The user would prefer a {v} novel.", LME_PREFERENCES['reading'][3]),
+    'exercise': ("Staying fit for me means {v}.", "Could you draft my training schedule for the coming week?",
+                 "The user would prefer a schedule centred on {v}.", LME_PREFERENCES['exercise'][3]),
+    'gift': ("My shelves are full of {v}, and I keep adding to them.", "What should I put on my birthday wish list?",
+             "The user would prefer something to do with {v}.", LME_PREFERENCES['gift'][3]),
+    'commute': ("Shows about {v} are what I listen to most.", "Any podcast you would suggest for the train ride?",
+                "The user would prefer a show about {v}.", LME_PREFERENCES['commute'][3]),
+    'cafe': ("At any cafe I go for {v}.", "What drink should I get at the cafe in the morning?", "The user would prefer {v}.",
+             LME_PREFERENCES['cafe'][3]),
+    'games': ("{v} games are my favourite kind to play.", "Which game could I try this weekend?", "The user would prefer a {v} game.",
+              LME_PREFERENCES['games'][3]),
+}
+LME_PHRASINGS = {  # phrasing -> (facts, (temporal statement, question), tallies, assistant exchange, preferences)
+    'a': (LME_FACTS, (LME_TR_SAY, LME_TR_ASK), LME_TALLIES, LME_SSA, LME_PREFERENCES),
+    'b': (LME_FACTS_B, (LME_TR_SAY_B, LME_TR_ASK_B), LME_TALLIES_B, LME_SSA_B, LME_PREFERENCES_B),
+}
+
 # %% ../../../nbs/protocols/mab/03_synth.ipynb #b5df6a82
 def _session(rng, n_turns, statements=(), ssa=None):
     "A chit-chat session (turn dicts) with `statements` appended to user turns; returns (turns, evidence turn indexes)."
@@ -544,8 +606,9 @@ def _session(rng, n_turns, statements=(), ssa=None):
         turns[i]['content'] += ' ' + ssa[0]; turns[i + 1]['content'] = ssa[1]; ev.add(i + 1)
     return turns, ev
 
-def _lme_plan(rng, nm, counts, n_abs):
-    "Evidence sessions to plant and the questions over them."
+def _lme_plan(rng, nm, counts, n_abs, phrasing='a'):
+    "Evidence sessions to plant and the questions over them, in a phrasing of `LME_PHRASINGS`."
+    LME_FACTS, (LME_TR_SAY, LME_TR_ASK), LME_TALLIES, LME_SSA, LME_PREFERENCES = LME_PHRASINGS[phrasing]
     used = {k: set() for k in LME_FACTS}
     def take(pool, used_set, what):
         free = [k for k in pool if k not in used_set]
@@ -615,14 +678,17 @@ def make_longmemeval_s_star(n_contexts: int=1, # rows (contexts); the released s
                             distractor_rate: float=0.3, # fraction of filler sessions with a third-person near miss
                             haystack_extra: int=2, # filler sessions added to each question's haystack_sessions
                             context_has_answer: bool=False, # keep `has_answer` on context turns (the released view does)
-                            start: str='2023/01/02 (Mon) 09:00' # date of the first session
+                            start: str='2023/01/02 (Mon) 09:00', # date of the first session
+                            phrasing: str='a' # 'a' | 'b': the wording of statements and questions (`LME_PHRASINGS`)
                            ) -> list[dict]:
     "LongMemEval(S*)-like rows: one long dated chat history with many typed questions."
+    if phrasing not in LME_PHRASINGS: raise ValueError(f'unknown phrasing {phrasing!r}; phrasings: {sorted(LME_PHRASINGS)}')
+    facts = LME_PHRASINGS[phrasing][0]
     rows = []
     for r in range(n_contexts):
         rng = _rng('longmemeval_s*', seed, r); nm = _Names(rng)
         counts = _apportion(LME_TYPE_COUNTS, questions_per_context)
-        items, qs = _lme_plan(rng, nm, counts, round(abstention_rate * questions_per_context))
+        items, qs = _lme_plan(rng, nm, counts, round(abstention_rate * questions_per_context), phrasing)
         shown = lambda turns, ev: [dict(t, has_answer=i in ev) for i, t in enumerate(turns)] if context_has_answer else turns
         sess = []                                          # (turns, evidence turn indexes, item index or None)
         for ii, it in enumerate(items):
@@ -634,7 +700,7 @@ def make_longmemeval_s_star(n_contexts: int=1, # rows (contexts); the released s
         while tok < context_tokens:
             turns, _ = _session(rng, rng.randint(*session_turns))
             if rng.random() < distractor_rate:
-                f = rng.choice(list(LME_FACTS.values()))
+                f = rng.choice(list(facts.values()))
                 turns[0]['content'] += ' ' + f.distract.format(who=rng.choice(_WHO), k=rng.choice(f.keys), v=rng.choice(f.values))
             sess.append((turns, set(), None)); tok += _LME_HEADER_TOKENS + _lme_tokens(shown(turns, set())) + 2
         rng.shuffle(sess)
@@ -682,22 +748,30 @@ EV_PLACES = ('in the cellar', 'near the mill', 'at the harbour', 'behind the cha
 EVENTQA_TASK = ('Your task is to choose from the above events which event happens next based on the book excerpt. '
                 'In your response to me, only include the answer without anything else.')
 
+EV_OBJECT_VERBS_B = ('came across', 'concealed', 'mended', 'traded away', 'lent out', 'misplaced', 'decorated', 'dug up',
+                     'pocketed', 'handed back', 'scrubbed', 'unlocked', 'set fire to', 'packed up', 'dragged')   # phrasing 'b'
+EV_PERSON_VERBS_B = ('had words with', 'ran into', 'trailed', 'stood waiting for', 'cautioned', 'expressed thanks to', 'called on',
+                     'sent a note to', 'shared a dance with', 'fell out with', 'opened up to', 'went looking for')
+
 def story_event(rng: random.Random, # the row's RNG
                 who: str, # the character
-                cast: tuple # everyone (for events involving another character)
+                cast: tuple, # everyone (for events involving another character)
+                phrasing: str='a' # 'a': "Who verb object place."; 'b': "Place, who verb object." with other verbs
                ) -> str:
     "One event sentence for `who`: an act on an object or on another character, at a place."
+    pv, ov = (EV_PERSON_VERBS, EV_OBJECT_VERBS) if phrasing == 'a' else (EV_PERSON_VERBS_B, EV_OBJECT_VERBS_B)
     others = [c for c in cast if c != who]
-    if others and rng.random() < 0.3: act = f'{rng.choice(EV_PERSON_VERBS)} {rng.choice(others)}'
-    else: act = f'{rng.choice(EV_OBJECT_VERBS)} {rng.choice(EV_OBJECTS)}'
-    return f'{who} {act} {rng.choice(EV_PLACES)}.'
+    if others and rng.random() < 0.3: act = f'{rng.choice(pv)} {rng.choice(others)}'
+    else: act = f'{rng.choice(ov)} {rng.choice(EV_OBJECTS)}'
+    place = rng.choice(EV_PLACES)
+    return f'{who} {act} {place}.' if phrasing == 'a' else f'{_cap(place)}, {who} {act}.'
 
-def _unique_events(rng, who_seq, cast, taken: set) -> list:
+def _unique_events(rng, who_seq, cast, taken: set, phrasing='a') -> list:
     "One fresh event per entry of `who_seq` (never one already in `taken`; adds them to it)."
     out = []
     for who in who_seq:
         while True:
-            e = story_event(rng, who, cast)
+            e = story_event(rng, who, cast, phrasing)
             if e not in taken: taken.add(e); out.append(e); break
     return out
 
@@ -714,9 +788,11 @@ def make_eventqa(n_contexts: int=1, # rows (novels); the released set has 5
                  seed: int=0, # everything is derived from this seed
                  n_characters: int=10, # key characters (the paper takes the ten most frequent)
                  max_previous: int=5, # "up-to five previous events"
-                 n_options: int=6 # options per question (the true event and n_options-1 distractors)
+                 n_options: int=6, # options per question (the true event and n_options-1 distractors)
+                 phrasing: str='a' # 'a' | 'b': the wording of the event sentences (the question is the official template)
                 ) -> list[dict]:
     "EventQA-like rows: a narrative of character events; pick the next event of a character among six."
+    if phrasing not in ('a', 'b'): raise ValueError(f"unknown phrasing {phrasing!r}; phrasings: ['a', 'b']")
     rows = []
     for r in range(n_contexts):
         rng = _rng('eventqa', seed, r); nm = _Names(rng)
@@ -725,7 +801,7 @@ def make_eventqa(n_contexts: int=1, # rows (novels); the released set has 5
         who_seq = list(cast) + [rng.choice(cast) for _ in range(n_events - len(cast))]
         rng.shuffle(who_seq)
         taken = set()
-        events = _unique_events(rng, who_seq, cast, taken)
+        events = _unique_events(rng, who_seq, cast, taken, phrasing)
         chain = {c: [i for i, w in enumerate(who_seq) if w == c] for c in cast}
         slots = [(c, j) for c in cast for j in range(1, len(chain[c]))]
         if len(slots) < questions_per_context: raise ValueError(f'eventqa: only {len(slots)} askable events')
@@ -738,7 +814,7 @@ def make_eventqa(n_contexts: int=1, # rows (novels); the released set has 5
             prev = [events[i] for i in chain[c][max(0, j - max_previous):j]]
             gold = events[chain[c][j]]
             while True:
-                distract = _unique_events(rng, [c] * (n_options - 1), cast, set(taken))
+                distract = _unique_events(rng, [c] * (n_options - 1), cast, set(taken), phrasing)
                 if not any(d in context for d in distract): break
             options = distract + [gold]; rng.shuffle(options)
             qs.append(eventqa_question(prev, options)); ans.append([gold])
