@@ -1,6 +1,10 @@
-import sys
+import signal, sys
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))   # tests import the loopback helpers as `loopback`
+
+# A shell starts a background job (`make test &`, nohup) with SIGINT ignored, and children inherit that: every Ctrl-C
+# test then sees a run finish instead of stop. Python's own handler here means children start with the default again.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import pytest
 

@@ -120,7 +120,8 @@ def test_sigint_from_the_cli(tmp_path):
         for _ in range(6000):                               # bounded polls (not seconds): both held calls have arrived
             if srv.n_requests >= 10 or p.poll() is not None: break
             time.sleep(0.05)
-        p.send_signal(signal.SIGINT); _, err = p.communicate(timeout=120); gate.set()
+        try: p.send_signal(signal.SIGINT); _, err = p.communicate(timeout=120)
+        finally: gate.set(); p.kill()
         assert p.returncode == 130, err
         kept = len(ResultsStore(store).rollouts()) if (store / 'rollouts').exists() else 0
         assert 0 < kept <= 8, kept                          # the answered calls' rollouts, none of the held ones
