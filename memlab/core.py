@@ -4,21 +4,20 @@
 
 # %% ../nbs/00_core.ipynb #6ad4d361
 from __future__ import annotations
-import calendar, datetime as dt, difflib, hashlib, inspect, json, os, re, stat, types, typing
+import calendar, datetime as dt, hashlib, json, os, re, typing
 from functools import lru_cache
-from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, create_model, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from .files import RecordError
 
 # %% auto #0
 __all__ = ['TOKENIZER', 'PosInt', 'NonNegInt', 'NonNegFloat', 'UnitFloat', 'NonEmptyStr', 'DATE_FORMATS', 'OFFLINE_LABEL',
-           'SCORE_LABELS', 'PLUGIN_GROUP', 'MAX_FILE_BYTES', 'canonical_json', 'stable_hash', 'count_tokens',
-           'RecordError', 'parse_date', 'date_key', 'dates_in', 'Record', 'Turn', 'Session', 'QueryView', 'Query',
-           'Instance', 'Evidence', 'Usage', 'Step', 'Trajectory', 'Rollout', 'register_score_labels', 'Score',
-           'Registry', 'load_plugins', 'max_file_bytes', 'check_regular_file', 'read_bounded', 'project_root',
-           'progress_bar', 'validate_record', 'read_json_records', 'load_records', 'StrictYAMLLoader', 'load_yaml',
-           'check_dates', 'check_histories', 'validate_params', 'validate_args']
+           'SCORE_LABELS', 'canonical_json', 'stable_hash', 'count_tokens', 'parse_date', 'date_key', 'dates_in',
+           'Record', 'Turn', 'Session', 'QueryView', 'Query', 'Instance', 'Evidence', 'Usage', 'Step', 'Trajectory',
+           'Rollout', 'register_score_labels', 'Score', 'progress_bar', 'check_dates', 'check_histories', 'Registry',
+           'PLUGIN_GROUP', 'load_plugins', 'validate_params', 'validate_args', 'RecordError', 'MAX_FILE_BYTES',
+           'max_file_bytes', 'check_regular_file', 'read_bounded', 'project_root', 'validate_record',
+           'read_json_records', 'load_records', 'StrictYAMLLoader', 'load_yaml']
 
 # %% ../nbs/00_core.ipynb #d937a728
 def canonical_json(obj: Any) -> str:
@@ -41,9 +40,6 @@ def count_tokens(text: str) -> int:
     return len(_TOK.findall(text or ''))
 
 # %% ../nbs/00_core.ipynb #91e4a643
-class RecordError(ValueError):
-    "Bad input: the message names the file, the record and the field."
-
 PosInt = Annotated[int, Field(ge=1)]               # sizes that cannot be 0: k, window and chunk tokens
 NonNegInt = Annotated[int, Field(ge=0)]            # counts that may be 0
 NonNegFloat = Annotated[float, Field(ge=0)]        # weights
@@ -296,100 +292,9 @@ class Score(Record):
     @classmethod
     def _known_label(cls, v: str) -> str:
         if v not in SCORE_LABELS:                        # a store read before the protocol that labels its scores was imported
-            from memlab.core import load_plugins; load_plugins()   # (imported here: defined further down this module)
+            from memlab.registry import load_plugins; load_plugins()   # (imported here: the registry's notebook comes after this one)
         if v not in SCORE_LABELS: raise ValueError(f'unknown label {v!r}; known: {sorted(SCORE_LABELS)} (register_score_labels adds more)')
         return v
-
-# %% ../nbs/00_core.ipynb #fadcd550
-class Registry(dict):
-    "Named implementations of one kind, chosen by exact name."
-    def __init__(self, kind: str): super().__init__(); self.kind = kind
-
-    def register(self, name: str):
-        "Decorator registering a class or factory under `name`."
-        def deco(obj):
-            old = self.get(name)   # re-running a notebook or reloading a module re-registers the same-named class
-            if old is not None and getattr(old, '__qualname__', None) != getattr(obj, '__qualname__', None):
-                raise ValueError(f'{self.kind} {name!r} is already registered to {old.__qualname__}')
-            self[name] = obj; obj.registered_name, obj.registered_kind = name, self.kind
-            return obj
-        return deco
-
-    def get_impl(self, name: str):
-        "The implementation registered as `name` (installed plugins are loaded first if it is missing), or an error listing what is registered."
-        if name not in self: load_plugins()
-        try: return self[name]
-        except KeyError: raise KeyError(f'unknown {self.kind} {name!r}; registered: {sorted(self)}') from None
-
-    def make(self, name: str, **kw):
-        "Instantiate the implementation registered as `name`."
-        return self.get_impl(name)(**kw)
-
-# %% ../nbs/00_core.ipynb #d1f629ae
-PLUGIN_GROUP = 'memlab.plugins'   # entry-point group of installed packages that register implementations
-_PLUGINS: dict = {}               # entry point name -> 'loaded' or the error it raised (each is imported once per process)
-
-def load_plugins(group: str=PLUGIN_GROUP # the entry-point group
-                ) -> dict:
-    "Import every installed plugin module of `group` (they register into memlab's registries); returns name -> status."
-    import importlib.metadata as md, warnings
-    for ep in md.entry_points(group=group):
-        if ep.name in _PLUGINS: continue
-        _PLUGINS[ep.name] = 'loading'
-        try: ep.load(); _PLUGINS[ep.name] = 'loaded'
-        except Exception as e:
-            _PLUGINS[ep.name] = f'{type(e).__name__}: {e}'
-            warnings.warn(f'memlab plugin {ep.name!r} ({ep.value}) failed to load and is skipped: {_PLUGINS[ep.name]}', stacklevel=2)
-    return dict(_PLUGINS)
-
-# %% ../nbs/00_core.ipynb #59e6444d
-MAX_FILE_BYTES = 4 << 30   # files read whole are at most this large (4 GiB; LongMemEval _m is about 2.7 GB); $MEMLAB_MAX_FILE_BYTES overrides
-
-def max_file_bytes() -> int:
-    "The size bound on files read whole: $MEMLAB_MAX_FILE_BYTES if set, else `MAX_FILE_BYTES`."
-    v = os.environ.get('MEMLAB_MAX_FILE_BYTES')
-    if v is None: return MAX_FILE_BYTES
-    try: return int(v)
-    except ValueError: raise RecordError(f'MEMLAB_MAX_FILE_BYTES: expected a number of bytes, got {v!r}') from None
-
-_KINDS = ((stat.S_ISDIR, 'a directory'), (stat.S_ISFIFO, 'a FIFO'), (stat.S_ISCHR, 'a character device'),
-          (stat.S_ISBLK, 'a block device'), (stat.S_ISSOCK, 'a socket'))
-
-def _too_big(path, size: int, limit: int) -> RecordError:
-    return RecordError(f'{path}: {size:,} bytes, larger than the limit of {limit:,} bytes (set MEMLAB_MAX_FILE_BYTES to raise it)')
-
-def check_regular_file(path: str|Path, # a data or config file
-                       max_bytes: Optional[int]=None # size bound; None: no bound
-                      ) -> int:
-    "The size of `path` if it is a regular file (within `max_bytes`), else a RecordError; never opens it (a FIFO would block)."
-    try: st = os.stat(path)
-    except OSError as e: raise RecordError(f'{path}: cannot read: {e.strerror or e}') from None
-    if not stat.S_ISREG(st.st_mode):
-        kind = next((n for f, n in _KINDS if f(st.st_mode)), 'a special file')
-        raise RecordError(f'{path}: not a regular file ({kind}); give a data file')
-    if max_bytes is not None and st.st_size > max_bytes: raise _too_big(path, st.st_size, max_bytes)
-    return st.st_size
-
-def read_bounded(path: str|Path, # a data or config file
-                 max_bytes: Optional[int]=None # size bound; None: `max_file_bytes()`
-                ) -> bytes:
-    "The bytes of a regular file no larger than `max_bytes`; errors name the file."
-    limit = max_file_bytes() if max_bytes is None else max_bytes
-    check_regular_file(path, limit)
-    try:   # O_NONBLOCK: should the path turn into a FIFO after the check, opening it still does not block
-        with os.fdopen(os.open(path, os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0)), 'rb') as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode): raise RecordError(f'{path}: not a regular file; give a data file')
-            data = f.read(limit + 1)
-    except OSError as e: raise RecordError(f'{path}: cannot read: {e.strerror or e}') from None
-    if len(data) > limit: raise _too_big(path, len(data), limit)
-    return data
-
-def project_root(start: Optional[Path]=None) -> Path:
-    "The folder holding settings.ini, searched upward from `start` (default: the working directory)."
-    p = Path(start or Path.cwd()).resolve()
-    for d in (p, *p.parents):
-        if (d / 'settings.ini').exists(): return d
-    return p
 
 # %% ../nbs/00_core.ipynb #1aa576a8
 def progress_bar(total: Optional[int]=None, # steps in all
@@ -401,143 +306,6 @@ def progress_bar(total: Optional[int]=None, # steps in all
     if mode == 'widget': from tqdm.auto import tqdm
     else: from tqdm.std import tqdm
     return tqdm(total=total, disable=(mode == '0') if disable is None else disable, **kw)
-
-# %% ../nbs/00_core.ipynb #638d75b3
-def validate_record(cls: type[Record], # the record class
-                    data: Any, # the parsed JSON value
-                    source: str='<input>', # file name for the message
-                    index: Optional[int]=None # position of the record in the file
-                   ) -> Record:
-    "Validate one record, turning pydantic errors into a `RecordError` naming file, record and field."
-    try: return cls.model_validate(data)
-    except ValidationError as e:
-        rid = data.get('id') if isinstance(data, dict) else None
-        where = f'record {index}' if index is not None else 'record'
-        if rid is not None: where += f' (id={rid!r})'
-        errs = '; '.join(f"field '{'.'.join(map(str, er['loc'])) or '<root>'}': {er['msg']}" for er in e.errors())
-        raise RecordError(f'{source}: {where}: {errs}') from None
-
-class _Repeated(dict):
-    "A parsed JSON object that repeated a key (`key`)."
-    key = None
-
-def _json(text: str) -> tuple:
-    "(value, whether an object repeated a key): json.loads with repeats marked; deep nesting becomes a ValueError."
-    rep = []
-    def hook(pairs):
-        d = dict(pairs)
-        if len(d) != len(pairs):
-            seen = set(); d = _Repeated(d)
-            d.key = next(k for k, _ in pairs if k in seen or seen.add(k)); rep.append(d)
-        return d
-    try: return json.loads(text, object_pairs_hook=hook), bool(rep)
-    except RecursionError: raise ValueError('nested too deeply') from None
-
-def _repeated(obj) -> Optional[tuple]:
-    "(field path, key) of the first repeated key in `obj`, depth first in document order; None if there is none."
-    stack = [(obj, ())]
-    while stack:
-        o, p = stack.pop()
-        if isinstance(o, _Repeated): return '.'.join(map(str, p + (o.key,))), o.key
-        kids = o.items() if isinstance(o, dict) else enumerate(o) if isinstance(o, list) else ()
-        stack.extend(reversed([(v, p + (k,)) for k, v in kids]))
-    return None
-
-def _dup_error(path, who: str, item) -> RecordError:
-    field, key = _repeated(item)
-    return RecordError(f"{path}: {who}: field '{field}': duplicate key {key!r} (a JSON object may not repeat a key)")
-
-def read_json_records(path: str|Path, # a JSON array, or JSONL (.jsonl, or any file not starting with '[')
-                      max_bytes: Optional[int]=None # size bound; None: `max_file_bytes()` ($MEMLAB_MAX_FILE_BYTES)
-                     ) -> list:
-    "The raw records of a JSON array or JSONL file; special or oversized files, bad JSON and repeated keys name the file."
-    path = Path(path)
-    try: text = read_bounded(path, max_bytes).decode('utf-8')
-    except UnicodeDecodeError as e: raise RecordError(f'{path}: not UTF-8 text (byte {e.start})') from None
-    head = text.lstrip()[:1]
-    if not head: raise RecordError(f'{path}: empty file; expected a JSON array or JSONL records')
-    if path.suffix != '.jsonl' and head != '[':          # one JSON value that is not an array: say so
-        try: whole = json.loads(text)
-        except (ValueError, RecursionError): whole = None
-        if whole is not None: raise RecordError(f'{path}: expected a JSON array of records (or JSONL, one record per line), got a JSON {type(whole).__name__}')
-    rid = lambda d: d.get('id') if isinstance(d, dict) and isinstance(d.get('id'), (str, int)) else None
-    if path.suffix == '.jsonl' or head != '[':           # JSONL: one record per line (a .json file may hold JSONL too)
-        items = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip(): continue
-            at = f'{path}: line {n} (record {len(items)})'
-            try: item, rep = _json(line)
-            except json.JSONDecodeError as e: raise RecordError(f'{at}: not valid JSON: {e.msg} at column {e.colno}') from None
-            except ValueError as e: raise RecordError(f'{at}: not valid JSON: {e}') from None
-            if rep: raise _dup_error(path, f'line {n} (record {len(items)}' + (f', id={rid(item)!r})' if rid(item) is not None else ')'), item)
-            items.append(item)
-    else:
-        try: items, rep = _json(text)
-        except json.JSONDecodeError as e: raise RecordError(f'{path}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}') from None
-        except ValueError as e: raise RecordError(f'{path}: not valid JSON: {e}') from None
-        if rep:
-            i, item = next((i, d) for i, d in enumerate(items) if _repeated(d))
-            raise _dup_error(path, f'record {i}' + (f' (id={rid(item)!r})' if rid(item) is not None else ''), item)
-    if not isinstance(items, list): raise RecordError(f'{path}: expected a JSON array of records (or JSONL)')
-    return items
-
-def load_records(path: str|Path, # a .json (array) or .jsonl file
-                 cls: type[Record] # the record class of every entry
-                ) -> list:
-    "Read and validate every record of a JSON or JSONL file; fails on the first bad record, returns nothing partial."
-    path = Path(path); items = read_json_records(path)
-    out = [validate_record(cls, d, str(path), i) for i, d in enumerate(items)]
-    first = {}
-    for i, o in enumerate(out):
-        rid = getattr(o, 'id', None)
-        if rid is None: continue
-        if rid in first: raise RecordError(f"{path}: record {i} (id={rid!r}): field 'id': duplicate of record {first[rid]}")
-        first[rid] = i
-    return out
-
-# %% ../nbs/00_core.ipynb #494aa9d6
-class StrictYAMLLoader(yaml.SafeLoader):
-    "PyYAML's SafeLoader refusing repeated mapping keys and aliases (so an alias bomb cannot expand)."
-    source = '<yaml>'
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            ev = self.peek_event()
-            raise RecordError(f"{self.source}: line {ev.start_mark.line + 1}: YAML alias '*{ev.anchor}' refused: "
-                              'memlab configs take no aliases (write the value out)')
-        return super().compose_node(parent, index)
-    def construct_mapping(self, node, deep=False):
-        if isinstance(node, yaml.MappingNode):
-            seen = {}
-            for kn, _ in node.value:
-                if kn.tag == 'tag:yaml.org,2002:merge': continue
-                key = self.construct_object(kn, deep=True)
-                try: first = seen.get(key)
-                except TypeError: continue            # an unhashable key: SafeLoader reports it
-                if first is not None: raise RecordError(f'{self.source}: line {kn.start_mark.line + 1}: duplicate key {key!r} (first at line {first})')
-                seen[key] = kn.start_mark.line + 1
-        return super().construct_mapping(node, deep=deep)
-    def construct_object(self, node, deep=False):
-        try: return super().construct_object(node, deep=deep)
-        except RecordError: raise
-        except ValueError as e: raise RecordError(f'{self.source}: line {node.start_mark.line + 1}: {e}') from None
-
-def load_yaml(path_or_text: str|Path, # a `Path` (the file is read) or YAML text
-              source: Optional[str]=None # name for messages; default: the path, or '<yaml>'
-             ) -> Any:
-    "Parse YAML strictly (no repeated keys, no aliases); every error is one line naming the file and line."
-    if isinstance(path_or_text, Path):
-        source = source or str(path_or_text)
-        try: text = read_bounded(path_or_text).decode('utf-8')
-        except UnicodeDecodeError as e: raise RecordError(f'{source}: not UTF-8 text (byte {e.start})') from None
-    else: text, source = path_or_text, source or '<yaml>'
-    loader = StrictYAMLLoader(text); loader.source = source
-    try: return loader.get_single_data()
-    except yaml.YAMLError as e:
-        mark = getattr(e, 'problem_mark', None)
-        where = f' at line {mark.line + 1} column {mark.column + 1}' if mark else ''
-        raise RecordError(f'{source}: not valid YAML{where}: {getattr(e, "problem", None) or e}') from None
-    except RecursionError: raise RecordError(f'{source}: not valid YAML: nested too deeply') from None
-    finally: loader.dispose()
 
 # %% ../nbs/00_core.ipynb #8f824961
 def _who(source: str, i: int, inst) -> str: return f'{source}: record {i} (id={inst.id!r})'
@@ -570,107 +338,10 @@ def check_histories(instances: list, # `Instance` records
             raise RecordError(f"{_who(source, i, inst)}: field 'sessions': empty; an instance needs at least one session (its history)")
     return instances
 
-# %% ../nbs/00_core.ipynb #d9c5405b
-_STRICT = {int: Annotated[int, Strict()], float: Annotated[float, Strict()], bool: Annotated[bool, Strict()],
-           str: Annotated[str, Strict()]}
-
-def _strict(a):
-    "Annotation `a` with strict scalars, and lists accepted (kept) where a tuple is annotated."
-    for t, s in _STRICT.items():
-        if a is t: return s
-    origin, args = typing.get_origin(a), typing.get_args(a)
-    if origin is Annotated: return Annotated[(_strict(args[0]), *a.__metadata__)]
-    if origin is typing.Union or origin is types.UnionType: return typing.Union[tuple(_strict(x) for x in args)]
-    if a is tuple: return typing.Union[tuple, list]
-    if origin is tuple and args:
-        items = tuple(_strict(x) for x in args if x is not Ellipsis)
-        same = typing.Union[items] if len(items) > 1 else items[0]
-        seq = list[same] if Ellipsis in args else Annotated[list[same], Field(min_length=len(items), max_length=len(items))]
-        return typing.Union[tuple[tuple(x if x is Ellipsis else _strict(x) for x in args)], seq]
-    if origin in (list, set, frozenset, dict) and args: return origin[tuple(_strict(x) for x in args)]
-    return a
-
-def _hint(p: inspect.Parameter, hints: dict, fn) -> Any:
-    "The resolved annotation of parameter `p` (Any when missing or unresolvable)."
-    if p.name in hints: return hints[p.name]
-    a = p.annotation
-    if a is p.empty: return Any
-    if isinstance(a, str):
-        try: return eval(a, getattr(fn, '__globals__', {}))
-        except Exception: return Any
-    return a
-
-@lru_cache(maxsize=None)
-def _args_model(impl) -> tuple:
-    "(pydantic model of `impl`'s keyword arguments, their names, whether it takes **kwargs); cached per implementation."
-    fn = impl.__init__ if isinstance(impl, type) else impl
-    fn = getattr(fn, 'func', fn)                        # functools.partial
-    try: hints = typing.get_type_hints(fn, include_extras=True)
-    except Exception: hints = {}
-    fields, names, var_kw = {}, [], False
-    for i, p in enumerate(inspect.signature(impl).parameters.values()):
-        if p.kind == p.VAR_KEYWORD: var_kw = True; continue
-        if p.kind in (p.VAR_POSITIONAL, p.POSITIONAL_ONLY): continue
-        ann = _strict(_hint(p, hints, fn))
-        try: create_model('_Probe', __config__=ConfigDict(arbitrary_types_allowed=True), x=(ann, None))
-        except Exception: ann = Any                     # a type pydantic cannot check: accept anything
-        fields[f'a{i}'] = (ann, Field(alias=p.name) if p.default is p.empty else Field(p.default, alias=p.name))
-        names.append(p.name)
-    cfg = ConfigDict(extra='allow' if var_kw else 'forbid', arbitrary_types_allowed=True, protected_namespaces=())
-    return create_model(f'Args_{getattr(impl, "__name__", "impl")}', __config__=cfg, **fields), tuple(names), var_kw
-
-# %% ../nbs/00_core.ipynb #ca8ab066
-def _label(impl) -> str:
-    n = getattr(impl, 'registered_name', None)
-    return f"{getattr(impl, 'registered_kind', 'implementation')} {n!r}" if n else getattr(impl, '__qualname__', repr(impl))
-
-def _clean_loc(loc: tuple, data: dict) -> list:
-    "The path an error location names in the input (its argument, then keys and indices), without union-member tags."
-    if not loc: return []
-    out, cur = [loc[0]], data.get(loc[0])
-    for x in loc[1:]:
-        if isinstance(cur, dict) and x in cur: out.append(x); cur = cur[x]
-        elif isinstance(cur, (list, tuple)) and isinstance(x, int) and 0 <= x < len(cur): out.append(x); cur = cur[x]
-    return out
-
-def validate_params(impl, # a function or class
-                    params: dict, # argument name -> value, as a config gives them
-                    where: str, # dotted field path of `params` in the config, e.g. 'dataset.params'
-                    source: str, # file name for messages
-                    partial: bool=False # True: missing required arguments are not errors
-                   ) -> dict:
-    "The arguments validated strictly against `impl`'s annotated signature; a RecordError naming file and field otherwise."
-    pre = f'{where}.' if where else ''
-    if not isinstance(params, dict): raise RecordError(f"{source}: field '{where}': expected a mapping of arguments, got {type(params).__name__}")
-    model, names, var_kw = _args_model(impl)
-    for k in params:
-        if var_kw or k in names: continue
-        near = difflib.get_close_matches(str(k), names, n=1)
-        raise RecordError(f"{source}: field '{pre}{k}': unknown argument of {_label(impl)}" +
-                          (f"; did you mean {near[0]!r}?" if near else '') + f' (it takes {list(names)})')
-    try: m = model.model_validate(params)
-    except ValidationError as e:
-        by_arg = {}
-        for er in e.errors():
-            if partial and er['type'] == 'missing': continue
-            path = _clean_loc(er['loc'], params)
-            by_arg.setdefault(path[0] if path else '', []).append((path, er['msg']))
-        parts = []
-        for errs in by_arg.values():
-            deep = max(len(p) for p, _ in errs); path = next(p for p, _ in errs if len(p) == deep)
-            msgs = ' or '.join(dict.fromkeys(msg for p, msg in errs if p == path))
-            parts.append(f"field '{pre}{'.'.join(map(str, path))}': {msgs}")
-        if parts: raise RecordError(f"{source}: {'; '.join(parts)}") from None
-        return dict(params)                             # partial: only required arguments were missing
-    got = {n: getattr(m, f) for f, n in zip(model.model_fields, names) if n in params}
-    return {k: got.get(k, (m.model_extra or {}).get(k, params[k])) for k in params}
-
-def validate_args(impl, # a registered function or class, e.g. `MEMORIES['bm25']`
-                  spec: dict, # its spec in a config: {'name': ..., **arguments}
-                  where: str, # dotted field path of the spec, e.g. 'memories.0'
-                  source: str, # file name for messages
-                  partial: bool=False # True: missing required arguments are not errors
-                 ) -> dict:
-    "The spec's arguments (without 'name') validated strictly against `impl`'s signature; RecordError otherwise."
-    if not isinstance(spec, dict): raise RecordError(f"{source}: field '{where}': expected a mapping, got {type(spec).__name__}")
-    return validate_params(impl, {k: v for k, v in spec.items() if k != 'name'}, where, source, partial)
+# %% ../nbs/00_core.ipynb #7b48f8d3
+from .registry import Registry, PLUGIN_GROUP, load_plugins, validate_params, validate_args
+from .files import MAX_FILE_BYTES, max_file_bytes, check_regular_file, read_bounded, project_root
+from .files import validate_record, read_json_records, load_records, StrictYAMLLoader, load_yaml
+_all_ = ['Registry', 'PLUGIN_GROUP', 'load_plugins', 'validate_params', 'validate_args', 'RecordError', 'MAX_FILE_BYTES',
+         'max_file_bytes', 'check_regular_file', 'read_bounded', 'project_root', 'validate_record', 'read_json_records',
+         'load_records', 'StrictYAMLLoader', 'load_yaml']   # names defined in registry and files, re-exported here
