@@ -76,3 +76,47 @@ def test_the_checker_sees_cycles_and_protocol_imports(tmp_path):
     finally: PKG = old
     assert g['memlab.a'] == {'memlab.b'} and g['memlab.b'] == {'memlab.a'} and g['memlab.c'] == {'memlab.protocols.p.m'}
     with pytest.raises(graphlib.CycleError): graphlib.TopologicalSorter(g).prepare()
+
+
+# The runner's rooms (issue 24): the results store is the bottom; scoring reads the store; config and sections know no
+# executor; the executor (memlab.runner) sits on top and re-exports their public names.
+BELOW = {'memlab.store': {'memlab.runner', 'memlab.scoring', 'memlab.config', 'memlab.sections'},
+         'memlab.scoring': {'memlab.runner', 'memlab.sections'},
+         'memlab.config': {'memlab.runner', 'memlab.scoring', 'memlab.sections'},
+         'memlab.sections': {'memlab.runner', 'memlab.scoring'}}
+
+
+def reachable(graph: dict, start: str) -> set:
+    "Every module `start` imports, directly or through others."
+    seen, todo = set(), [start]
+    while todo:
+        for t in graph.get(todo.pop(), ()):
+            if t not in seen: seen.add(t); todo.append(t)
+    return seen
+
+
+def layer_violations(graph: dict) -> list:
+    "(low module, higher module it reaches) pairs: a lower room that imports, even indirectly, one above it."
+    return sorted((low, m) for low, above in BELOW.items() if low in graph for m in reachable(graph, low) & above)
+
+
+def test_runner_rooms_are_layered(graph):
+    assert set(BELOW) <= set(graph), sorted(set(BELOW) - set(graph))
+    assert {'memlab.store', 'memlab.scoring', 'memlab.config', 'memlab.sections'} <= graph['memlab.runner']
+    assert not layer_violations(graph), f'a lower module imports one above it: {layer_violations(graph)}'
+
+
+def test_runner_rooms_are_short():
+    "Issue 24: no module of the split over 600 lines."
+    long = {m: n for m in ('runner', 'store', 'config', 'scoring', 'sections')
+            if (n := len((PKG / f'{m}.py').read_text().splitlines())) > 600}
+    assert not long, long
+
+
+def test_the_checker_sees_a_store_that_imports_the_runner(graph):
+    "A store that imported the executor (even inside a function, or through scoring) would be caught."
+    for planted in ({'memlab.runner'}, {'memlab.scoring'}):
+        g = dict(graph, **{'memlab.store': graph['memlab.store'] | planted})
+        assert ('memlab.store', next(iter(planted))) in layer_violations(g)
+        if planted == {'memlab.runner'}:
+            with pytest.raises(graphlib.CycleError): graphlib.TopologicalSorter(g).prepare()   # runner imports the store
