@@ -5,280 +5,30 @@
 # %% ../nbs/01_synth.ipynb #15d0dcab
 from __future__ import annotations
 import random, datetime as dt
-from dataclasses import dataclass
 from typing import Annotated, Literal, Optional, Union
 from pydantic import Field
 from .core import Turn, Session, Query, Instance, UnitFloat
 
 # %% auto #0
-__all__ = ['PEOPLE', 'POOLS_A', 'SLOTS', 'EVENTS', 'POOLS_B', 'SLOTS_B', 'EVENTS_B', 'Phrasing', 'PHRASINGS', 'TOPICS', 'ASKS',
-           'REPLIES', 'CHATTER', 'DATE_FMT', 'QTYPES', 'QType', 'InstanceCount', 'QueryCount', 'SessionCount',
-           'PoolCount', 'SpanDays', 'Turns', 'TurnsSpec', 'TALLY_POOLS_A', 'TALLIES', 'NUMBER_WORDS', 'TALLY_POOLS_B',
-           'TALLIES_B', 'PHRASING_TALLIES', 'POOL_TOPICS', 'DETAILS', 'ASPECTS', 'FOLLOWUPS', 'EXTRAS', 'LADDER_QTYPES',
-           'LadderQType', 'Slot', 'relative_event', 'filler_turns', 'fmt_date', 'date_answers', 'draw_turns',
-           'make_history', 'make_benchmark', 'Tally', 'chat_turns', 'distractor_sentence', 'make_pool',
-           'make_ladder_benchmark', 'distinct_draws']
+__all__ = ['DATE_FMT', 'QTYPES', 'QType', 'InstanceCount', 'QueryCount', 'SessionCount', 'PoolCount', 'SpanDays', 'Turns',
+           'TurnsSpec', 'LADDER_QTYPES', 'LadderQType', 'filler_turns', 'fmt_date', 'date_answers', 'draw_turns',
+           'make_history', 'make_benchmark', 'chat_turns', 'distractor_sentence', 'make_pool', 'make_ladder_benchmark',
+           'Slot', 'PEOPLE', 'POOLS_A', 'SLOTS', 'EVENTS', 'POOLS_B', 'SLOTS_B', 'EVENTS_B', 'Phrasing',
+           'relative_event', 'PHRASINGS', 'TOPICS', 'ASKS', 'REPLIES', 'CHATTER', 'Tally', 'TALLY_POOLS_A', 'TALLIES',
+           'NUMBER_WORDS', 'TALLY_POOLS_B', 'TALLIES_B', 'PHRASING_TALLIES', 'POOL_TOPICS', 'DETAILS', 'ASPECTS',
+           'FOLLOWUPS', 'EXTRAS', 'distinct_draws']
 
-# %% ../nbs/01_synth.ipynb #1ad2fc3d
-@dataclass(frozen=True)
-class Slot:
-    "A kind of personal fact: how it is said, asked, updated, distracted and falsely presupposed."
-    name: str
-    say: str                 # user statement, {v} is the value
-    ask: str                 # question
-    pool: tuple              # candidate values
-    update: str = ''         # later statement overriding the value
-    ask_update: str = ''     # question about the current value
-    distract: str = ''       # third-person near miss, {v} another value, {who} a person
-    premise: str = ''        # question presupposing a wrong value {w}
-    abstain: str = ''        # question about an entity never mentioned
-
-PEOPLE = ('my coworker', 'my neighbour', 'my cousin', 'a friend of mine', 'my manager', 'my roommate')
-POOLS_A = dict(   # phrasing 'a' value pools: at least 10x a user's draws of one slot (two: a value and its update or false premise)
-    dog=('Rex', 'Biscuit', 'Pepper', 'Milo', 'Ziggy', 'Nacho', 'Waffles', 'Juniper', 'Otis', 'Bandit', 'Clover', 'Gus', 'Maple',
-         'Rocket', 'Tofu', 'Pickles', 'Scout', 'Bruno', 'Noodle', 'Pretzel', 'Chester', 'Dexter', 'Buster', 'Moose'),
-    city=('Austin', 'Denver', 'Lisbon', 'Osaka', 'Nairobi', 'Tallinn', 'Porto', 'Valencia', 'Quito', 'Hobart', 'Ghent', 'Bergen',
-          'Leipzig', 'Cusco', 'Busan', 'Tucson', 'Halifax', 'Bruges', 'Seville', 'Dunedin', 'Krakow', 'Utrecht', 'Perth', 'Boise'),
-    job=('nurse', 'pharmacist', 'translator', 'data analyst', 'carpenter', 'librarian', 'surveyor', 'paramedic', 'florist', 'geologist',
-         'dietitian', 'locksmith', 'plumber', 'curator', 'welder', 'baker', 'chemist', 'dentist', 'journalist', 'mechanic',
-         'veterinarian', 'tailor', 'cartographer', 'sommelier'),           # 'a {v}': no vowel-initial job ('architect' left out)
-    car=('red', 'teal', 'silver', 'maroon', 'yellow', 'white', 'navy', 'beige', 'purple', 'bronze', 'turquoise', 'charcoal', 'mint',
-         'burgundy', 'gold', 'lilac', 'black', 'green', 'blue', 'brown', 'crimson', 'pink', 'lavender', 'scarlet'),   # 'a {v} car' ('olive' left out)
-    sister=('Clara', 'Imogen', 'Priya', 'Sofia', 'Hannah', 'Leila', 'Marta', 'Yuki', 'Greta', 'Amara', 'Rosa', 'Nadia', 'Elsa', 'Ines',
-            'Tamsin', 'Lucia', 'Freya', 'Mira', 'Zara', 'Beatrix', 'Noor', 'Thea', 'Camille', 'Dalia'),
-    instrument=('cello', 'banjo', 'ukulele', 'clarinet', 'harp', 'trombone', 'mandolin', 'oboe', 'violin', 'viola', 'bassoon', 'tuba',
-                'saxophone', 'accordion', 'harmonica', 'flute', 'sitar', 'piccolo', 'marimba', 'bagpipes', 'trumpet', 'drums', 'piano',
-                'xylophone'),
-    allergy=('peanuts', 'shellfish', 'pollen', 'penicillin', 'latex', 'sesame', 'kiwi', 'mustard', 'walnuts', 'soy', 'celery', 'lupin',
-             'mango', 'cinnamon', 'avocado', 'ragweed', 'wasps', 'nickel', 'oats', 'mold', 'eggs', 'strawberries', 'aspirin', 'dust mites'),
-    gym=('Ironworks', 'Pulse', 'Summit', 'Forge', 'Anchor', 'Velocity', 'Harbor', 'Orbit', 'Kinetic', 'Bedrock', 'Apex', 'Lumen',
-         'Stride', 'Zenith', 'Catalyst', 'Torque', 'Redwood', 'Quarry', 'Titan', 'Momentum', 'Vertex', 'Cobalt', 'Keystone', 'Trident'),
-    book=('Silent Harbor', 'Paper Moons', 'The Glass Orchard', 'Northern Lights', 'Salt and Ember', 'Quiet Rivers', 'The Lantern Road',
-          'Winter Orchard', 'House of Tides', 'Violet Hours', 'The Far Meadow', 'Iron Lullaby', 'The Last Ferry', 'The Night Garden',
-          'Marble Sky', 'Bright Hollow', 'Distant Bells', 'The Amber Coast', 'Songs of Dust', 'The Hollow Crown', 'The Tin Compass',
-          'Ash and Willow', 'The Painted Well', 'Lanterns of Rain'),
-    marathon=('98', '104', '111', '117', '123', '129', '135', '142', '90', '93', '95', '101', '107', '114', '120', '126', '132', '138',
-              '145', '148', '151', '155', '158', '160'),
-)
-SLOTS = (   # phrasing 'a': the original templates; pools grown to 10x a user's draws (`POOLS_A`)
-    Slot('dog', "By the way, I adopted a dog last month and named him {v}.", "What did I name the dog I adopted?",
-         POOLS_A['dog'],
-         distract="{who} adopted a dog recently and named it {v}.",
-         premise="Why did I name the dog I adopted {w}?", abstain="What did I name the parrot I adopted?"),
-    Slot('city', "I live in the city of {v} these days.", "Which city do I live in?",
-         POOLS_A['city'],
-         update="Big news, I moved recently, so now I live in the city of {v}.", ask_update="Which city do I live in now?",
-         distract="{who} lives in the city of {v} and loves it.",
-         premise="Why do I live in the city of {w}?", abstain="Which city does my grandmother live in?"),
-    Slot('job', "I started a new job as a {v} at a small firm.", "What is my new job?",
-         POOLS_A['job'],
-         update="I switched careers again and my job now is {v}.", ask_update="What is my job now?",
-         distract="{who} started a new job as a {v} last spring.", abstain="What is my wife's new job?"),
-    Slot('car', "I bought a {v} car last weekend.", "What color is the car I bought?",
-         POOLS_A['car'],
-         distract="{who} bought a {v} car a while ago.", abstain="What color is the motorcycle I bought?"),
-    Slot('sister', "My sister {v} is coming to visit me next month.", "What is my sister's name?",
-         POOLS_A['sister'],
-         distract="{who} has a sister named {v}.", premise="When is my sister {w} coming to visit me?",
-         abstain="What is my brother's name?"),
-    Slot('instrument', "I have been learning to play the {v} on weekends.", "Which instrument have I been learning to play?",
-         POOLS_A['instrument'],
-         update="I gave that up and I am now learning to play the {v} instead.", ask_update="Which instrument am I learning to play now?",
-         distract="{who} has been learning to play the {v}.", abstain="Which instrument has my son been learning to play?"),
-    Slot('allergy', "I found out that I am allergic to {v}.", "What am I allergic to?",
-         POOLS_A['allergy'],
-         distract="{who} is allergic to {v}.", abstain="What is my daughter allergic to?"),
-    Slot('gym', "I signed up for a membership at the {v} gym near my office.", "Which gym did I sign up for?",
-         POOLS_A['gym'],
-         distract="{who} signed up at the {v} gym downtown.", premise="Why did I sign up for a membership at the {w} gym?",
-         abstain="Which yoga studio did I sign up for?"),
-    Slot('book', "I just finished reading a novel called {v}.", "What novel did I just finish reading?",
-         POOLS_A['book'],
-         distract="{who} just finished reading a novel called {v}.", abstain="What podcast did I just finish listening to?"),
-    Slot('marathon', "I finished the city half marathon in {v} minutes.", "In how many minutes did I finish the half marathon?",
-         POOLS_A['marathon'],
-         distract="{who} finished the half marathon in {v} minutes.", abstain="In how many minutes did I finish the lake swim?"),
-)
-EVENTS = (  # temporal-reasoning: "Today I {e}." -> "When did I {q}?"; 40: over 10x the three a user draws
-    ('attended my first pottery class', 'attend my first pottery class'),
-    ('got my passport renewed', 'get my passport renewed'),
-    ('planted tomatoes in the backyard', 'plant tomatoes in the backyard'),
-    ('visited the dentist for a cleaning', 'visit the dentist for a cleaning'),
-    ('volunteered at the animal shelter', 'volunteer at the animal shelter'),
-    ('ordered a new laptop for work', 'order a new laptop for work'),
-    ('finished assembling the bookshelf', 'finish assembling the bookshelf'),
-    ('started a sourdough starter', 'start a sourdough starter'),
-    ('repainted the spare bedroom', 'repaint the spare bedroom'),
-    ('baked a carrot cake', 'bake a carrot cake'),
-    ('decluttered the garage', 'declutter the garage'),
-    ('purchased train tickets for the holidays', 'purchase train tickets for the holidays'),
-    ('donated old clothes to charity', 'donate old clothes to charity'),
-    ('replaced the kitchen faucet', 'replace the kitchen faucet'),
-    ('hosted a barbecue on the patio', 'host a barbecue on the patio'),
-    ('fixed the squeaky fence gate', 'fix the squeaky fence gate'),
-    ('joined a local choir', 'join a local choir'),
-    ('passed my driving test', 'pass my driving test'),
-    ('opened a savings account', 'open a savings account'),
-    ('framed my diploma', 'frame my diploma'),
-    ('washed the windows', 'wash the windows'),
-    ('rented a storage unit', 'rent a storage unit'),
-    ('tried indoor rock climbing', 'try indoor rock climbing'),
-    ('cooked paella from scratch', 'cook paella from scratch'),
-    ('installed a smart thermostat', 'install a smart thermostat'),
-    ('mailed the wedding invitations', 'mail the wedding invitations'),
-    ('uploaded my vacation photos', 'upload my vacation photos'),
-    ('walked the coastal trail', 'walk the coastal trail'),
-    ('oiled my bicycle chain', 'oil my bicycle chain'),
-    ('filed my tax forms', 'file my tax forms'),
-    ('retiled the bathroom floor', 'retile the bathroom floor'),
-    ('toured the science museum', 'tour the science museum'),
-    ('sharpened the hedge shears', 'sharpen the hedge shears'),
-    ('returned the library books', 'return the library books'),
-    ('dropped off the recycling', 'drop off the recycling'),
-    ('picked blueberries at a farm', 'pick blueberries at a farm'),
-    ('pruned the apple tree', 'prune the apple tree'),
-    ('reserved a campsite by the lake', 'reserve a campsite by the lake'),
-    ('defrosted the freezer', 'defrost the freezer'),
-    ('mowed the front lawn', 'mow the front lawn'),
-)
-
-# %% ../nbs/01_synth.ipynb #a7ac9f81
-POOLS_B = dict(   # phrasing 'b' value pools: at least 10x a user's draws of one slot (two: a value and its update or false premise)
-    dog=('Rex', 'Biscuit', 'Pepper', 'Milo', 'Ziggy', 'Nacho', 'Waffles', 'Juniper', 'Otis', 'Luna', 'Bandit', 'Clover', 'Gus', 'Maple',
-         'Rocket', 'Tofu', 'Pickles', 'Scout', 'Hazel', 'Bruno'),
-    city=('Austin', 'Denver', 'Lisbon', 'Osaka', 'Nairobi', 'Tallinn', 'Porto', 'Valencia', 'Quito', 'Hobart', 'Ghent', 'Bergen', 'Leipzig',
-          'Cusco', 'Busan', 'Tucson', 'Halifax', 'Bruges', 'Seville', 'Dunedin'),
-    job=('nurse', 'pharmacist', 'baker', 'translator', 'data analyst', 'carpenter', 'librarian', 'surveyor', 'paramedic', 'florist',
-         'geologist', 'bricklayer', 'dietitian', 'chemist', 'locksmith', 'tailor', 'mechanic', 'plumber', 'curator', 'welder'),   # 'as a {v}': no vowel-initial job
-    car=('red', 'teal', 'silver', 'maroon', 'yellow', 'white', 'olive', 'navy', 'beige', 'orange', 'purple', 'bronze', 'turquoise',
-         'charcoal', 'ivory', 'mint', 'burgundy', 'gold', 'lilac', 'copper'),
-    sister=('Clara', 'Imogen', 'Priya', 'Sofia', 'Hannah', 'Leila', 'Marta', 'Yuki', 'Greta', 'Amara', 'Rosa', 'Nadia', 'Elsa', 'Ines',
-            'Tamsin', 'Lucia', 'Freya', 'Mira', 'Zara', 'Opal'),
-    instrument=('cello', 'banjo', 'ukulele', 'clarinet', 'harp', 'trombone', 'mandolin', 'oboe', 'violin', 'viola', 'bassoon', 'tuba',
-                'saxophone', 'accordion', 'harmonica', 'flute', 'sitar', 'piccolo', 'marimba', 'bagpipes'),
-    allergy=('peanuts', 'shellfish', 'pollen', 'penicillin', 'latex', 'sesame', 'kiwi', 'mustard', 'walnuts', 'soy', 'celery', 'lupin',
-             'mango', 'cinnamon', 'avocado', 'ragweed', 'wasps', 'nickel', 'oats', 'mold'),
-    gym=('Ironworks', 'Pulse', 'Summit', 'Forge', 'Anchor', 'Velocity', 'Harbor', 'Orbit', 'Kinetic', 'Bedrock', 'Ember', 'Apex',
-         'Granite', 'Lumen', 'Stride', 'Zenith', 'Catalyst', 'Torque', 'Redwood', 'Quarry'),
-    book=('Silent Harbor', 'Paper Moons', 'The Glass Orchard', 'Northern Lights', 'Salt and Ember', 'Quiet Rivers', 'The Copper Field',
-          'Winter Orchard', 'House of Tides', 'The Lantern Road', 'Violet Hours', 'The Far Meadow', 'Iron Lullaby', 'The Last Ferry',
-          'Small Hours', 'Cloud Atlas Street', 'The Salt Road', 'Bright Hollow', 'The Night Garden', 'Marble Sky'),
-    marathon=tuple(str(m) for m in range(96, 156, 3)),
-)
-SLOTS_B = (   # phrasing 'b': written apart from `SLOTS` (other verbs, word order, tense); the same names, larger pools
-    Slot('dog', "We brought home a rescue puppy a few weeks back and I call him {v}.", "What do I call the rescue puppy we brought home?",
-         POOLS_B['dog'], distract="{who} brought home a rescue puppy and calls it {v}.",
-         premise="Why do I call the rescue puppy we brought home {w}?", abstain="What do I call the kitten we brought home?"),
-    Slot('city', "These days I'm based in {v}, and the commute is fine.", "Which city am I based in?", POOLS_B['city'],
-         update="Quick update: the move went through, and I'm based in {v} from now on.", ask_update="Which city am I based in these days?",
-         distract="{who} is based in {v} and enjoys it.", premise="Why am I based in {w}?",
-         abstain="Which city is my grandfather based in?"),
-    Slot('job', "I've accepted an offer to work as a {v}.", "What work did I accept an offer for?", POOLS_B['job'],
-         update="Another career change for me: my work these days is as a {v}.", ask_update="What is my work these days?",
-         distract="{who} accepted an offer to work as a {v}.", abstain="What work did my husband accept an offer for?"),
-    Slot('car', "Last weekend I drove home a brand-new {v} car.", "What color is the car I drove home?", POOLS_B['car'],
-         distract="{who} drove home a {v} car.", abstain="What color is the van I drove home?"),
-    Slot('sister', "Next month my younger sister {v} flies in to stay with me.", "What is my younger sister's name?", POOLS_B['sister'],
-         distract="{who} has a younger sister called {v}.", premise="When does my younger sister {w} fly in to stay with me?",
-         abstain="What is my younger brother's name?"),
-    Slot('instrument', "On weekends I've been taking {v} lessons.", "Which instrument have I been taking lessons for?", POOLS_B['instrument'],
-         update="I quit those lessons, and these days I'm taking {v} lessons instead.",
-         ask_update="Which instrument am I taking lessons for these days?",
-         distract="{who} has been taking {v} lessons.", abstain="Which instrument has my nephew been taking lessons for?"),
-    Slot('allergy', "My doctor confirmed that I have an allergy to {v}.", "What do I have an allergy to?", POOLS_B['allergy'],
-         distract="{who} has an allergy to {v}.", abstain="What does my son have an allergy to?"),
-    Slot('gym', "I joined {v}, the gym around the corner from my office.", "Which gym did I join?", POOLS_B['gym'],
-         distract="{who} joined {v}, a gym downtown.", premise="Why did I join the {w} gym?",
-         abstain="Which climbing wall did I join?"),
-    Slot('book', "Last night I got to the final page of {v}, a novel I had been reading.", "Which novel did I get to the final page of?",
-         POOLS_B['book'], distract="{who} got to the final page of {v}.", abstain="Which audiobook did I get to the final chapter of?"),
-    Slot('marathon', "My time for the city half marathon was {v} minutes.", "How many minutes was my time for the city half marathon?",
-         POOLS_B['marathon'], distract="{who} ran the city half marathon in {v} minutes.",
-         abstain="How many minutes was my time for the lake swim?"),
-)
-EVENTS_B = (  # temporal-reasoning, phrasing 'b': the day is said relative to the session ("yesterday", "last Tuesday", "on 3 March"); 40, like `EVENTS`
-    ('took my first ceramics lesson', 'take my first ceramics lesson'),
-    ('picked up my renewed passport', 'pick up my renewed passport'),
-    ('put tomato seedlings in the garden beds', 'put tomato seedlings in the garden beds'),
-    ('had my teeth cleaned at the dentist', 'have my teeth cleaned at the dentist'),
-    ('spent a shift helping out at the animal shelter', 'spend a shift helping out at the animal shelter'),
-    ('placed an order for a work laptop', 'place an order for a work laptop'),
-    ('put the new bookshelf together', 'put the new bookshelf together'),
-    ('got a sourdough starter going', 'get a sourdough starter going'),
-    ('gave the living room walls a fresh coat of paint', 'give the living room walls a fresh coat of paint'),
-    ('made a batch of lemon muffins', 'make a batch of lemon muffins'),
-    ('sorted through the boxes in the attic', 'sort through the boxes in the attic'),
-    ('got my bike tuned up at the shop', 'get my bike tuned up at the shop'),
-    ('swapped out the leaky showerhead', 'swap out the leaky showerhead'),
-    ('wrote my thank-you cards', 'write my thank-you cards'),
-    ('had the chimney swept', 'have the chimney swept'),
-    ('tried a jazz brunch downtown', 'try a jazz brunch downtown'),
-    ('rearranged the furniture in the study', 'rearrange the furniture in the study'),
-    ('rode the ferry over to the island', 'ride the ferry over to the island'),
-    ('set up a compost bin', 'set up a compost bin'),
-    ('cancelled my cable subscription', 'cancel my cable subscription'),
-    ('repotted the fiddle leaf fig', 'repot the fiddle leaf fig'),
-    ('jogged around the reservoir', 'jog around the reservoir'),
-    ('left my watch at the jeweller for a battery', 'leave my watch at the jeweller for a battery'),
-    ('backed up the family photos to an external disk', 'back up the family photos to an external disk'),
-    ('headed out to the outlet mall', 'head out to the outlet mall'),
-    ('found a secondhand sewing machine', 'find a secondhand sewing machine'),
-    ('registered at the public library', 'register at the public library'),
-    ('fitted the blackout curtains in the bedroom', 'fit the blackout curtains in the bedroom'),
-    ('roasted a whole chicken with herbs', 'roast a whole chicken with herbs'),
-    ('shampooed the sofa', 'shampoo the sofa'),
-    ('tested the smoke alarms', 'test the smoke alarms'),
-    ('printed my boarding pass', 'print my boarding pass'),
-    ('stayed up for the meteor shower', 'stay up for the meteor shower'),
-    ('cleared the gutters', 'clear the gutters'),
-    ('planned the seating for the reunion', 'plan the seating for the reunion'),
-    ('posted the parcel overseas', 'post the parcel overseas'),
-    ('polished my leather boots', 'polish my leather boots'),
-    ('built a birdhouse from scrap wood', 'build a birdhouse from scrap wood'),
-    ('tidied the tool shed', 'tidy the tool shed'),
-    ('sold my skateboard online', 'sell my skateboard online'),
-)
-Phrasing = Literal['a', 'b']   # 'a': the original templates; 'b': the independently written second set
-_WEEKDAYS = ('Monday', 'Tuesday', 'Wednesday', 'Thursday', 'Friday', 'Saturday', 'Sunday')
-_NUM_WORDS = ('zero', 'one', 'two', 'three', 'four', 'five', 'six')
-
-def relative_event(rng: random.Random, # the generator's RNG
-                   said: str, # what the user did, past tense ("took my first ceramics lesson")
-                   when: dt.datetime # the date of the session the statement is made in
-                  ) -> tuple[str, dt.date]:
-    "Phrasing 'b' of a dated event: the sentence, with the day said relative to the session date, and that day."
-    form = rng.randrange(6)
-    if form == 0: return f'Yesterday I {said}.', (when - dt.timedelta(days=1)).date()
-    if form == 1: n = rng.randint(2, 6); return f'I {said} {_NUM_WORDS[n]} days ago.', (when - dt.timedelta(days=n)).date()
-    if form == 2:
-        wd = rng.randrange(7); back = (when.weekday() - wd) % 7 or 7
-        return f'Last {_WEEKDAYS[wd]} I {said}.', (when - dt.timedelta(days=back)).date()
-    if form == 3: return f'I {said} two weeks ago.', (when - dt.timedelta(days=14)).date()
-    if form == 4:
-        d = (when - dt.timedelta(days=rng.randint(2, 25))).date()
-        return f"On {d.day} {d.strftime('%B')} I {said}.", d
-    return f'This morning I {said}.', when.date()
-
-def _when_question(rng, ask):
-    "Phrasing 'b' of a when-question."
-    return rng.choice((f'On what date did I {ask}?', f'What was the date when I {ask}?'))
-
-PHRASINGS = {'a': (SLOTS, EVENTS), 'b': (SLOTS_B, EVENTS_B)}   # (fact slots, dated events) per phrasing
-
+# %% ../nbs/01_synth.ipynb #fee8a827
+from .vocab import (
+    Slot, PEOPLE, POOLS_A, SLOTS, EVENTS, POOLS_B, SLOTS_B, EVENTS_B, Phrasing, relative_event, PHRASINGS, TOPICS,
+    ASKS, REPLIES, CHATTER, Tally, TALLY_POOLS_A, TALLIES, NUMBER_WORDS, TALLY_POOLS_B, TALLIES_B,
+    PHRASING_TALLIES, POOL_TOPICS, DETAILS, ASPECTS, FOLLOWUPS, EXTRAS, distinct_draws)
+_all_ = ['Slot', 'PEOPLE', 'POOLS_A', 'SLOTS', 'EVENTS', 'POOLS_B', 'SLOTS_B', 'EVENTS_B', 'Phrasing',
+         'relative_event', 'PHRASINGS', 'TOPICS', 'ASKS', 'REPLIES', 'CHATTER', 'Tally', 'TALLY_POOLS_A', 'TALLIES',
+         'NUMBER_WORDS', 'TALLY_POOLS_B', 'TALLIES_B', 'PHRASING_TALLIES', 'POOL_TOPICS', 'DETAILS', 'ASPECTS',
+         'FOLLOWUPS', 'EXTRAS', 'distinct_draws']   # names defined in memlab.vocab, re-exported here
 
 # %% ../nbs/01_synth.ipynb #5a0d7e9d
-TOPICS = ('meal prep', 'trip planning', 'a python script', 'budgeting', 'houseplants', 'a cover letter',
-          'a workout routine', 'a birthday gift', 'learning spanish', 'a board game night', 'bike repair',
-          'a garden layout', 'time management', 'a podcast idea', 'a photography trip', 'a home network')
-ASKS = ("Can you help me with {t}?", "I need some ideas for {t}.", "What should I keep in mind for {t}?",
-        "Could you give me a short checklist for {t}?", "Any tips on {t} for a beginner?")
-REPLIES = ("Sure! For {t}, start small, write down your goals and review them weekly.",
-           "Here are a few ideas for {t}: keep it simple, plan ahead and ask for feedback.",
-           "For {t}, a checklist helps: define the scope, gather materials, and set a schedule.",
-           "Good question. With {t}, consistency matters more than intensity.")
-CHATTER = ("Thanks, that is really helpful.", "I will try that this week.", "That makes sense to me.",
-           "Great, I appreciate the detail.", "Let me think about it and get back to you.")
-
 def filler_turns(rng: random.Random, # the generator's RNG
                  n_turns: int=6 # turns in the session (user/assistant alternating)
                 ) -> list[Turn]:
@@ -324,6 +74,11 @@ def _embed(rng, text, n_turns, where='user'):
     i = rng.choice(users)
     turns[i] = Turn(role='user', content=f"{turns[i].content} {text}", meta={'has_answer': True})
     return turns
+
+def _when_question(rng, ask):
+    "Phrasing 'b' of a when-question."
+    return rng.choice((f'On what date did I {ask}?', f'What was the date when I {ask}?'))
+
 
 # %% ../nbs/01_synth.ipynb #3120b332
 def make_history(n_queries: QueryCount=10, # questions to ask (types cycle through `qtypes`)
@@ -441,101 +196,7 @@ def make_benchmark(n_instances: InstanceCount=10, # histories (users); each gets
                          phrasing=phrasing)
             for i in range(n_instances)]
 
-# %% ../nbs/01_synth.ipynb #df8de31c
-@dataclass(frozen=True)
-class Tally:
-    "A kind of repeated personal event: one mention per session, counted by a multi-session question."
-    name: str
-    say: str       # user statement, {v} is one item
-    ask: str       # how-many question
-    pool: tuple    # candidate items (distinct within one question)
-    distract: str  # third-person near miss, {who} a person, {v} an item
-    forms: tuple = ()  # further ways to state one item (phrasing 'b' draws among `say` and these per session)
-    pair: str = ''     # one statement of two items, {v} and {w} (phrasing 'b': a count stated in another form)
-
-TALLY_POOLS_A = dict(   # at least 10x the items one question draws (up to three)
-    apartment=('floor lamp', 'wool rug', 'bookshelf', 'desk chair', 'wall mirror', 'plant stand', 'coffee table', 'side table', 'shoe rack',
-               'bath mat', 'duvet cover', 'kitchen scale', 'toaster', 'blender', 'laundry basket', 'coat hook', 'curtain rod', 'dish rack',
-               'bread bin', 'cutting board', 'spice rack', 'tea kettle', 'step stool', 'shower caddy', 'throw pillow', 'picture frame',
-               'bedside lamp', 'doormat', 'futon', 'wine rack', 'cake stand', 'knife block'),
-    hike=('Eagle Ridge', 'Fern Canyon', 'Mirror Lake', 'Bald Knob', 'Cedar Falls', 'Lookout Point', 'Hawk Ridge', 'Pine Hollow',
-          'Otter Creek', 'Bear Meadow', 'Aspen Grove', 'Crystal Cove', 'Raven Bluff', 'Willow Creek', 'Alder Gorge', 'Thunder Ridge',
-          'Bridal Falls', 'Moss Canyon', 'Heron Lake', 'Condor Mesa', 'Fox Hollow', 'Elk Pass', 'Sunset Cliffs', 'Osprey Point',
-          'Sage Flats', 'Badger Hill', 'Cougar Rock', 'Hidden Valley', 'Glacier Basin', 'Echo Lake', 'Wolf Gap', 'Larch Summit'),
-    **{'class': ('watercolor', 'salsa', 'first aid', 'woodworking', 'calligraphy', 'knitting', 'photography', 'bread baking', 'sushi making',
-                 'beekeeping', 'bookbinding', 'candle making', 'screen printing', 'jewelry making', 'welding', 'leathercraft', 'tango',
-                 'swing dance', 'public speaking', 'chess', 'sketching', 'mosaic', 'flower arranging', 'cheese making', 'coding',
-                 'robotics', 'soap making', 'quilting', 'wine tasting', 'guitar', 'pastry', 'sewing')},   # 'a {v} class' ('improv' left out)
-    concert=('The Lumineers', 'Arcade Fire', 'Khruangbin', 'Phoenix', 'Beach House', 'Alvvays', 'Fleet Foxes', 'Bon Iver', 'Vampire Weekend',
-             'The National', 'Big Thief', 'Wilco', 'Spoon', 'Feist', 'Haim', 'Tame Impala', 'Local Natives', 'Grizzly Bear', 'Mitski',
-             'Interpol', 'Yo La Tengo', 'Broken Social Scene', 'Real Estate', 'Japanese Breakfast', 'Parquet Courts', 'Snail Mail',
-             'Soccer Mommy', 'The Strokes', 'Metric', 'Portishead', 'Massive Attack', 'Bonobo'),
-)
-TALLIES = (   # phrasing 'a': the original templates; pools grown to 10x the items a question draws (`TALLY_POOLS_A`)
-    Tally('apartment', "I picked up a {v} for my new apartment.", "How many items did I pick up for my new apartment?",
-          TALLY_POOLS_A['apartment'],
-          "{who} picked up a {v} for their new place."),
-    Tally('hike', "I went on a day hike to {v} with my camera.", "How many day hikes have I gone on?",
-          TALLY_POOLS_A['hike'],
-          "{who} went on a day hike to {v} last week."),
-    Tally('class', "I took a {v} class at the community center.", "How many classes did I take at the community center?",
-          TALLY_POOLS_A['class'],
-          "{who} took a {v} class at the community center."),
-    Tally('concert', "I saw {v} play live at the arena.", "How many concerts did I go to at the arena?",
-          TALLY_POOLS_A['concert'],
-          "{who} saw {v} play live and loved it."),
-)
-NUMBER_WORDS = ('zero', 'one', 'two', 'three', 'four', 'five', 'six')
-
-# %% ../nbs/01_synth.ipynb #353c5339
-_ADJ = ('teak', 'walnut', 'brass', 'linen', 'velvet', 'rattan', 'glass', 'bamboo')
-TALLY_POOLS_B = dict(   # at least 10x the items one question draws (up to four); 'a {v}': no vowel-initial item
-    apartment=tuple(f'{a} {n}' for n in ('floor lamp', 'side table', 'bookshelf', 'desk chair', 'wall mirror', 'plant stand') for a in _ADJ),
-    hike=tuple(f'{a} {b}' for b in ('Ridge', 'Canyon', 'Lake', 'Falls', 'Peak') for a in ('Eagle', 'Fern', 'Mirror', 'Cedar', 'Bald', 'Lookout', 'Granite', 'Aspen')),
-    **{'class': ('watercolor', 'salsa', 'first aid', 'woodworking', 'calligraphy', 'macrame', 'pottery', 'knitting', 'photography', 'bread baking',
-                 'sushi making', 'beekeeping', 'bookbinding', 'candle making', 'screen printing', 'stand-up comedy', 'jewelry making', 'glass etching',
-                 'welding', 'leathercraft', 'basket weaving', 'tango', 'swing dance', 'public speaking', 'chess', 'sketching', 'letterpress',
-                 'glassblowing', 'mosaic', 'flower arranging', 'cheese making', 'coding', 'robotics', 'fencing', 'birdwatching', 'composting',
-                 'soap making', 'quilting', 'wine tasting', 'dumpling making')},
-    concert=('The Lumineers', 'Arcade Fire', 'Khruangbin', 'Phoenix', 'Beach House', 'Alvvays', 'Fleet Foxes', 'Bon Iver', 'Vampire Weekend',
-             'The National', 'Big Thief', 'Wilco', 'Spoon', 'Feist', 'Haim', 'Tame Impala', 'Local Natives', 'Grizzly Bear', 'Mitski', 'Interpol',
-             'Yo La Tengo', 'Broken Social Scene', 'Real Estate', 'Japanese Breakfast', 'Parquet Courts', 'Snail Mail', 'Soccer Mommy', 'The Strokes',
-             'Metric', 'Portishead', 'Massive Attack', 'Bonobo', 'Caribou', 'Four Tet', 'Jungle', 'Glass Animals', 'The Shins', 'Bright Eyes',
-             'Camera Obscura', 'Belle Mare'),
-)
-TALLIES_B = (   # phrasing 'b': several forms per item, one form with two items in one sentence; larger pools
-    Tally('apartment', "I grabbed a {v} for the new apartment.", "How many things did I get for the new apartment?", TALLY_POOLS_B['apartment'],
-          "{who} grabbed a {v} for their new apartment.",
-          forms=("For the new apartment I ordered a {v} online.", "At a flea market I found a {v} for the new apartment."),
-          pair="I got a {v} and a {w} for the new apartment in one trip."),
-    Tally('hike', "I hiked to {v} with my camera.", "How many places have I hiked to?", TALLY_POOLS_B['hike'],
-          "{who} hiked to {v} last week.",
-          forms=("With my camera in my bag I hiked to {v}.", "I spent the day and hiked to {v}, which was beautiful.")),
-    Tally('class', "I attended a {v} workshop at the community center.", "How many workshops did I attend at the community center?",
-          TALLY_POOLS_B['class'], "{who} attended a {v} workshop at the community center.",
-          forms=("At the community center I attended a {v} workshop this week.", "This evening I attended a {v} workshop at the community center."),
-          pair="I attended a {v} workshop and a {w} workshop at the community center."),
-    Tally('concert', "I caught {v} live at the arena.", "How many bands did I catch live at the arena?", TALLY_POOLS_B['concert'],
-          "{who} caught {v} live at the arena.",
-          forms=("At the arena tonight I caught {v} live.", "I finally caught {v} live at the arena.")),
-)
-PHRASING_TALLIES = {'a': TALLIES, 'b': TALLIES_B}
-
-
 # %% ../nbs/01_synth.ipynb #e5819952
-POOL_TOPICS = TOPICS + ('a job interview', 'a road trip playlist', 'a vegetarian recipe', 'a resume update',
-                        'a science fair project', 'a wedding toast', 'a camping checklist', 'a reading list',
-                        'a small business logo', 'a chess opening', 'a dinner party menu', 'a sleep schedule',
-                        'a spreadsheet formula', 'a language exchange', 'a kitchen renovation', 'a pet-friendly hotel')
-DETAILS = ("I have about {n} minutes a day for it.", "My budget is roughly {n} dollars.",
-           "I would like to be done within {n} weeks.", "It is for a group of {n} people.", "")
-ASPECTS = ('the timeline', 'the costs', 'common mistakes', 'the first step', 'the tools I might need',
-           'staying motivated', 'a weekly plan', 'what to avoid')
-FOLLOWUPS = ("What about {a}?", "How should I handle {a}?", "Is {a} really that important?",
-             "Could you say a bit more about {a}?")
-EXTRAS = ("Break {a} into small steps.", "Many people find {a} easier with a simple plan.",
-          "Write {a} down so you can track it.", "Start with {a} and adjust as you go.")
-
 def chat_turns(rng: random.Random, # the generator's RNG
                n_turns: int=6 # turns in the session (user/assistant alternating)
               ) -> list[Turn]:
@@ -654,12 +315,3 @@ def make_ladder_benchmark(n_queries: InstanceCount=50, # queries, one instance e
     pool = make_pool(pool_size, seed=seed, session_turns=session_turns if pool_turns is None else pool_turns,
                      distractor_rate=distractor_rate, start=start, span_days=span_days, phrasing=phrasing)
     return instances, pool
-
-# %% ../nbs/01_synth.ipynb #981a0674
-def distinct_draws(draw, # a seeded draw, e.g. a Faker provider method: called until `n` distinct values came back
-                   n: int # values wanted
-                  ) -> tuple:
-    "The first `n` distinct values of repeated draws, in the order they came."
-    out = {}
-    while len(out) < n: out.setdefault(draw(), None)
-    return tuple(out)
