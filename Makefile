@@ -40,16 +40,21 @@ check-clean: install
 nbdev-test: install
 	find nbs -name '*.ipynb' -not -path 'nbs/sections/*' -not -path '*/.ipynb_checkpoints/*' | sort | xargs -P 2 -n 1 $(BIN)/nbdev_test --path
 
+# Two workers (pytest-xdist), a test file per worker at a time: module fixtures are built once, and one file's long
+# section runs overlap the other files' tests. Under `make test`, the parameter matrix reads nbval's runs of the sections
+# at their defaults (SECTION_RUNS) instead of executing them a second time.
+SECTION_RUNS ?=
 pytest: install
-	$(BIN)/pytest -q tests/
+	MEMLAB_SECTION_RUNS=$(SECTION_RUNS) $(BIN)/pytest -q -n 2 --dist loadfile tests/
 
 # Section notebooks run at their small `parameters` defaults; outputs go to build/, not the committed tree.
 nbval: install
 	rm -rf $(TEST_OUT)
 	$(PY) tests/prepare_nbval.py build/nbval $(SECTIONS)
-	MEMLAB_OUT=$(TEST_OUT) MEMLAB_PROGRESS=0 $(BIN)/pytest -q --nbval-lax -p no:cacheprovider build/nbval/*.ipynb
+	MEMLAB_OUT=$(TEST_OUT) MEMLAB_PROGRESS=0 $(BIN)/pytest -q -n 2 --dist loadfile --nbval-lax -p no:cacheprovider build/nbval/*.ipynb
 
-test: check-export check-clean nbdev-test pytest nbval
+test: SECTION_RUNS = $(TEST_OUT)
+test: check-export check-clean nbdev-test nbval pytest
 	@echo "make test: all checks passed"
 
 # Batch-run every section notebook with its full-size parameter file into results/ and figures/: the only target that
