@@ -384,10 +384,9 @@ def main(argv: Optional[list]=None):
     cmd = {'run': _cmd_run, 'resume': lambda a: _cmd_run(a, resume=True), 'score': _cmd_score, 'report': _cmd_report,
            'score-hypotheses': _cmd_score_hypotheses, 'show': _cmd_show, 'export-inspect': _cmd_export_inspect,
            'estimate': _cmd_estimate, 'reproduce': _cmd_reproduce, 'data': _cmd_data, 'check': _cmd_check}[a.cmd]
-    from memlab.core import RecordError, load_plugins
+    from memlab.core import RecordError           # installed plugins load when a lookup or a config names what they register
     from memlab.cache import CacheError
     from memlab.runner import StoreError
-    load_plugins()                                  # installed plugins register before any command looks a name up
     from memlab.llm import PreflightError
     from memlab.redact import redact
     got = []

@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_memory.ipynb #19928a2d
 from __future__ import annotations
-import copy, operator, re
+import copy, operator, re, threading
 from functools import lru_cache
 from typing import Literal, Optional
 import numpy as np
@@ -12,7 +12,8 @@ from .core import Session, Evidence, Registry, count_tokens, PosInt, NonNegInt, 
 
 # %% auto #0
 __all__ = ['FAMILIES', 'MEMORIES', 'HISTORIES', 'STOPWORDS', 'Memory', 'chronological', 'make_memory', 'check_parity',
-           'readback_ids', 'readback_units', 'chunk_session', 'terms', 'LongContextMemory', 'NullMemory']
+           'readback_ids', 'readback_units', 'chunk_session', 'porter_stemmer', 'stem', 'terms', 'LongContextMemory',
+           'NullMemory']
 
 # %% ../nbs/02_memory.ipynb #ed043613
 FAMILIES = ('long-context', 'flat', 'planar', 'hierarchical', 'none')   # 'none': the no-memory control
@@ -100,18 +101,38 @@ myself we our ours you your yours he him his she her hers it its they them their
 those am is are was were be been being have has had having do does did doing would could ve ll re d m o y also get got as us let many much
 user assistant'''.split())
 
+def porter_stemmer() -> type:
+    "nltk's `PorterStemmer` class; before nltk is imported, its `nltk.stem.porter` module alone is loaded (nltk's `__init__` would import scipy.stats and scikit-learn)."
+    import importlib, importlib.util, sys, types
+    if 'nltk' in sys.modules:
+        from nltk.stem.porter import PorterStemmer
+        return PorterStemmer
+    spec = importlib.util.find_spec('nltk')
+    if spec is None: raise ModuleNotFoundError("memlab's stemmer is nltk's PorterStemmer: pip install nltk")
+    root, before = spec.submodule_search_locations[0], set(sys.modules)
+    for name, path in (('nltk', root), ('nltk.stem', f'{root}/stem')):
+        pkg = types.ModuleType(name); pkg.__path__ = [path]; sys.modules[name] = pkg   # bare packages: their modules load, their __init__ does not run
+    try: return importlib.import_module('nltk.stem.porter').PorterStemmer
+    finally:
+        for k in set(sys.modules) - before:
+            if k == 'nltk' or k.startswith('nltk.'): del sys.modules[k]   # a later `import nltk` (Punkt, rouge_score) loads the real package
+
+_PORTER_LOCK = threading.Lock()   # one thread loads it: the bare packages are in sys.modules for that moment only
+
 @lru_cache(maxsize=1)
 def _porter():
-    from nltk.stem import PorterStemmer        # imported on first use: `memlab --help` does not pay for nltk
-    return PorterStemmer()
+    with _PORTER_LOCK: return porter_stemmer()()   # NLTK_EXTENSIONS, nltk's default mode
 
 @lru_cache(maxsize=200_000)
-def _stem(w: str) -> str: return _porter().stem(w)
+def stem(w: str # one lower-cased word
+        ) -> str:
+    "Its Porter stem (nltk `PorterStemmer()`): the one stemmer of memlab's terms, the offline reader and LoCoMo's F1."
+    return _porter().stem(w)
 _WORD = re.compile(r"[a-z0-9]+")
 
 def terms(text: str) -> list[str]:
     "Lower-cased, stop-word-free, Porter-stemmed word terms (BM25 and the offline reader share them)."
-    return [_stem(w) for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
+    return [stem(w) for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
 
 # %% ../nbs/02_memory.ipynb #ddfc378d
 @MEMORIES.register('long-context')

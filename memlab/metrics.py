@@ -91,14 +91,9 @@ def token_f1(prediction: Optional[str], # the model's answer
     return max(_drqa_f1(prediction or '', g) for g in _golds(golds))
 
 # %% ../nbs/05b_metrics.ipynb #fc00ad86
-_STEMMER = None
-
 def _stem_tokens(s: str) -> list[str]:
-    global _STEMMER
-    if _STEMMER is None:
-        from nltk.stem import PorterStemmer
-        _STEMMER = PorterStemmer()
-    return [_STEMMER.stem(w) for w in normalize_locomo(s).split()]
+    from memlab.memory import stem   # nltk's PorterStemmer(), without importing all of nltk
+    return [stem(w) for w in normalize_locomo(s).split()]
 
 def _locomo_f1_one(prediction: str, gold: str) -> float:
     return _f1_tokens(_stem_tokens(prediction), _stem_tokens(gold))

@@ -4,7 +4,7 @@
 
 # %% ../nbs/00b_registry.ipynb #6280ce9d
 from __future__ import annotations
-import difflib, inspect, types, typing
+import difflib, inspect, threading, types, typing
 from functools import lru_cache
 from typing import Annotated, Any
 from pydantic import ConfigDict, Field, Strict, ValidationError, create_model
@@ -15,22 +15,35 @@ __all__ = ['PLUGIN_GROUP', 'Registry', 'load_plugins', 'validate_params', 'valid
 
 # %% ../nbs/00b_registry.ipynb #fadcd550
 class Registry(dict):
-    "Named implementations of one kind, chosen by exact name."
+    "Named implementations of one kind, chosen by exact name; a name it lacks loads installed plugins, in order, until one registers it."
     def __init__(self, kind: str): super().__init__(); self.kind = kind
 
     def register(self, name: str):
         "Decorator registering a class or factory under `name`."
         def deco(obj):
-            old = self.get(name)   # re-running a notebook or reloading a module re-registers the same-named class
+            old = dict.get(self, name)   # re-running a notebook or reloading a module re-registers the same-named class
             if old is not None and getattr(old, '__qualname__', None) != getattr(obj, '__qualname__', None):
                 raise ValueError(f'{self.kind} {name!r} is already registered to {old.__qualname__}')
             self[name] = obj; obj.registered_name, obj.registered_kind = name, self.kind
             return obj
         return deco
 
+    def __contains__(self, name):
+        if not dict.__contains__(self, name): load_plugins(until=lambda: dict.__contains__(self, name))
+        return dict.__contains__(self, name)
+    def __missing__(self, name):
+        if name in self: return dict.__getitem__(self, name)
+        raise KeyError(name)
+    def get(self, name, default=None): return self[name] if name in self else default
+    # listing a registry lists every installed plugin's names
+    def __iter__(self): load_plugins(until=_never); return dict.__iter__(self)
+    def __len__(self): load_plugins(until=_never); return dict.__len__(self)
+    def keys(self): load_plugins(until=_never); return dict.keys(self)
+    def values(self): load_plugins(until=_never); return dict.values(self)
+    def items(self): load_plugins(until=_never); return dict.items(self)
+
     def get_impl(self, name: str):
-        "The implementation registered as `name` (installed plugins are loaded first if it is missing), or an error listing what is registered."
-        if name not in self: load_plugins()
+        "The implementation registered as `name` (installed plugins are loaded until one registers it), or an error listing what is registered."
         try: return self[name]
         except KeyError: raise KeyError(f'unknown {self.kind} {name!r}; registered: {sorted(self)}') from None
 
@@ -41,18 +54,34 @@ class Registry(dict):
 # %% ../nbs/00b_registry.ipynb #d1f629ae
 PLUGIN_GROUP = 'memlab.plugins'   # entry-point group of installed packages that register implementations
 _PLUGINS: dict = {}               # entry point name -> 'loaded' or the error it raised (each is imported once per process)
+_ALL_LOADED: set = set()          # groups whose every entry point was tried: a lookup's miss no longer rescans them
+_LOADING: list = []               # entry points being imported: their own registry lookups load no other plugin
+_LOCK = threading.RLock()
 
-def load_plugins(group: str=PLUGIN_GROUP # the entry-point group
+def _never() -> bool: return False
+
+def _harness_first(ep) -> bool:
+    "False for memlab's own harness modules (e.g. `memlab.flat`), which a lookup tries before any protocol package or third-party plugin."
+    return not (ep.value.startswith('memlab.') and not ep.value.startswith('memlab.protocols.'))
+
+def load_plugins(group: str=PLUGIN_GROUP, # the entry-point group
+                 until=None # None: import every plugin; a test: stop as soon as it is true (a lookup's miss)
                 ) -> dict:
-    "Import every installed plugin module of `group` (they register into memlab's registries); returns name -> status."
+    "Import the installed plugin modules of `group`, memlab's harness modules first (they register into memlab's registries); returns name -> status."
     import importlib.metadata as md, warnings
-    for ep in md.entry_points(group=group):
-        if ep.name in _PLUGINS: continue
-        _PLUGINS[ep.name] = 'loading'
-        try: ep.load(); _PLUGINS[ep.name] = 'loaded'
-        except Exception as e:
-            _PLUGINS[ep.name] = f'{type(e).__name__}: {e}'
-            warnings.warn(f'memlab plugin {ep.name!r} ({ep.value}) failed to load and is skipped: {_PLUGINS[ep.name]}', stacklevel=2)
+    if until is not None and group in _ALL_LOADED: return dict(_PLUGINS)
+    with _LOCK:                                     # another thread's lookup waits for the plugin being imported
+        if until is not None and _LOADING: return dict(_PLUGINS)
+        for ep in sorted(md.entry_points(group=group), key=_harness_first):   # stable: otherwise as installed
+            if until is not None and until(): return dict(_PLUGINS)
+            if ep.name in _PLUGINS: continue
+            _PLUGINS[ep.name] = 'loading'; _LOADING.append(ep.name)
+            try: ep.load(); _PLUGINS[ep.name] = 'loaded'
+            except Exception as e:
+                _PLUGINS[ep.name] = f'{type(e).__name__}: {e}'
+                warnings.warn(f'memlab plugin {ep.name!r} ({ep.value}) failed to load and is skipped: {_PLUGINS[ep.name]}', stacklevel=2)
+            finally: _LOADING.remove(ep.name)
+        _ALL_LOADED.add(group)
     return dict(_PLUGINS)
 
 # %% ../nbs/00b_registry.ipynb #d9c5405b

@@ -42,3 +42,19 @@ def test_installed_plugin_memory_runs_from_a_config(tmp_path):
     env.pop('PYTHONPATH')                                             # not installed: the config names an unknown memory
     r = subprocess.run([memlab, 'run', tmp_path / 'c.yaml', '--store', tmp_path / 't'], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "unknown memory 'plugin-recent'" in r.stderr and not (tmp_path / 't').exists()
+
+def test_plugin_names_are_found_and_listed_without_loading_plugins_first(tmp_path):
+    "Issue 24: nothing loads plugins up front; a lookup's miss loads them until the name is found, a listing loads them all."
+    site = tmp_path / 'site'; site.mkdir(); install(site)
+    code = textwrap.dedent('''
+        import sys
+        from memlab.memory import MEMORIES
+        print('my_memlab_plugin' in sys.modules, 'bm25' in MEMORIES, 'my_memlab_plugin' in sys.modules)
+        print(MEMORIES.get_impl('plugin-recent').__name__, 'plugin-recent' in sorted(MEMORIES))
+        try: MEMORIES.get_impl('no-such-memory')
+        except KeyError as e: print('plugin-recent' in str(e), 'bm25' in str(e))
+    ''')
+    env = {**os.environ, 'PYTHONPATH': os.pathsep.join([str(site), os.environ.get('PYTHONPATH', '')])}
+    r = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ['False', 'True', 'False', 'RecentMemory', 'True', 'True', 'True'], r.stdout
