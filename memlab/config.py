@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 from pydantic import ConfigDict, Field, field_validator
 from .core import (Record, Registry, Instance, Session, stable_hash, validate_record, RecordError, load_yaml, validate_args,
-                         validate_params, check_dates, check_histories, load_plugins)
+                         validate_params, check_dates, check_histories)
 from .memory import Memory, MEMORIES, HISTORIES   # HISTORIES: `history(instance, condition)` builders
 from .agent import POLICIES
 from .judge import JUDGES   # the built-in judges, registered on import (`validate_config` checks the judge's name)
@@ -95,7 +95,6 @@ def _check_spec(registry, spec, where: str, source: str,
 
 def validate_config(cfg: 'RunConfig', source: str='<config>') -> 'RunConfig':
     "Check every policy, memory, backend, judge and dataset name against the registries; errors name file and field."
-    load_plugins()                                  # installed packages' memories, policies, judges, datasets
     from memlab.judge import JUDGES
     from memlab.llm import BACKENDS
     for i, p in enumerate(cfg.policies):
@@ -123,7 +122,6 @@ def check_dataset_spec(spec: dict, source: str='<config>') -> dict:
     "A dataset spec names a registered kind and only arguments its loader takes (loaders validate their own `params`)."
     kind = spec.get('kind')
     if kind is None: raise RecordError(f"{source}: field 'dataset.kind' is missing (e.g. 'synthetic' or 'instances')")
-    if isinstance(kind, str) and kind not in DATASETS: load_plugins()   # protocol packages register their kinds
     if not isinstance(kind, str) or kind not in DATASETS:
         raise RecordError(f"{source}: field 'dataset.kind': unknown dataset kind {kind!r}; registered: {sorted(DATASETS)}")
     args = {k: v for k, v in spec.items() if k not in ('kind', *DATASET_OPTIONS)}

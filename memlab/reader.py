@@ -10,15 +10,14 @@ from functools import lru_cache
 from typing import Literal, Optional
 from .core import QueryView, Step, Evidence, OFFLINE_LABEL, RecordError, parse_date, date_key, dates_in
 from .memory import terms, STOPWORDS
-from wordfreq import zipf_frequency
 from .agent import Policy, POLICIES, Search, Answer
 
 # %% auto #0
 __all__ = ['TierName', 'TIERS', 'ABSTAIN', 'TYPE_NOUNS', 'IRREGULAR', 'LIGHT_VERBS', 'CURRENT', 'CHANGE', 'AS_OF', 'REQUEST',
            'WHY', 'PLURAL', 'PERSONS', 'COMMON_ZIPF', 'RARE_ZIPF', 'COPULA', 'Tier', 'rterms', 'QuestionInfo',
-           'read_question', 'Sentence', 'read_units', 'first_person', 'relative_day', 'day', 'day_of', 'common_word',
-           'initial_name', 'candidate', 'stated_value', 'change_of', 'n_items', 'Belief', 'weigh', 'believe',
-           'change_belief', 'count_belief', 'reformulate', 'OfflineReader']
+           'read_question', 'Sentence', 'read_units', 'first_person', 'relative_day', 'day', 'day_of', 'zipf',
+           'common_word', 'initial_name', 'candidate', 'stated_value', 'change_of', 'n_items', 'Belief', 'weigh',
+           'believe', 'change_belief', 'count_belief', 'reformulate', 'OfflineReader']
 
 # %% ../nbs/04_reader.ipynb #bd24533a
 @dataclass(frozen=True)
@@ -249,16 +248,22 @@ COMMON_ZIPF = 4.5   # a word at least this frequent in English (wordfreq's Zipf 
 RARE_ZIPF = 3.5     # a lone opening word is a name only below this ('luckily' 3.9, 'pottery' 3.7; 'Freya' 2.9)
 
 @lru_cache(maxsize=8192)
+@lru_cache(maxsize=100_000)
+def zipf(w: str) -> float:
+    "wordfreq's Zipf frequency of an English word (wordfreq is imported on first use: `import memlab.runner` does not pay for it)."
+    from wordfreq import zipf_frequency
+    return zipf_frequency(w, 'en')
+
 def common_word(w: str) -> bool:
     "A function word or a frequent English word (`COMMON_ZIPF`): capitalized at a sentence's start, it is no name."
-    return w.lower() in STOPWORDS or zipf_frequency(w.lower(), 'en') >= COMMON_ZIPF
+    return w.lower() in STOPWORDS or zipf(w.lower()) >= COMMON_ZIPF
 
 def initial_name(phrase: str # the capitalized phrase that opens a sentence
                 ) -> Optional[str]:
     "The name in a sentence-opening capitalized phrase, leading common words dropped ('The Keljormere River' -> 'Keljormere River', 'Today Melgate' -> 'Melgate'); None when no name is left (one word left: only a rare one)."
     ws = phrase.split()
     while ws and (common_word(ws[0]) or ws[0].lower() in ('of', 'and')): ws = ws[1:]
-    if len(ws) == 1 and zipf_frequency(ws[0].lower(), 'en') >= RARE_ZIPF: return None   # 'Luckily', 'Sarah': a word or a name, undecided
+    if len(ws) == 1 and zipf(ws[0].lower()) >= RARE_ZIPF: return None   # 'Luckily', 'Sarah': a word or a name, undecided
     return ' '.join(ws) or None
 
 def candidate(s: Sentence, # the sentence to extract from

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 import pandas as pd
-from .core import Instance, OFFLINE_LABEL, load_plugins
+from .core import Instance, OFFLINE_LABEL
 from .judge import RETRIEVAL_KS, retrieved_sessions, retrieval_scores
 from .runner import EVIDENCE, ResultsStore, RunConfig, StoreError, load_dataset, make_history, dataset_hash
 
@@ -34,7 +34,6 @@ def condition_rest(condition: dict|str|None # a rollout's condition (or its JSON
 def is_gold(setting: str # a registered evidence setting, e.g. 'readback'
            ) -> bool:
     "Whether the setting hands the answer step the gold evidence (its implementation carries `gold = True`)."
-    if setting not in EVIDENCE: load_plugins()
     return bool(getattr(EVIDENCE.get(setting), 'gold', False))
 
 # %% ../nbs/05a_retrieval.ipynb #64de204e
@@ -111,7 +110,6 @@ def store_instances(store: ResultsStore|str|Path # a run folder
     "The instances a store's rollouts answer, reloaded from its config's dataset spec and checked against the manifest's hash."
     store = store if isinstance(store, ResultsStore) else ResultsStore(store)
     man = store.manifest(); cfg = RunConfig.load(man['config'])
-    load_plugins()                                  # a protocol's dataset kind registers through the plugins
     insts = load_dataset(cfg.dataset)
     want = (man.get('dataset') or {}).get('sha256')
     if want and dataset_hash(insts) != want:

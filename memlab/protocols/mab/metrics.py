@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional
 import numpy as np
 from ...core import Query, RecordError
+from ...memory import stem
 from ...judge import METRICS, JUDGES, Judge, register_metric, register_judge, get_metric, flatten_golds
 from ...judge import normalize_mab, exact_match, substring_exact_match, token_f1, rouge_l_f1, recall_all
 from .data import SOURCE_FAMILIES, family_of
@@ -378,15 +379,7 @@ having he her here hers herself him himself his how i if in into is it its itsel
 not now of off on once only or other our ours ourselves out over own same she should so some such than that the
 their theirs them themselves then there these they this those through to too under until up very was we were what
 when where which while who whom why will with would you your yours yourself yourselves""".split())
-_PORTER = None
-
-@functools.lru_cache(maxsize=1 << 16)
-def _stem(w: str) -> str:
-    global _PORTER
-    if _PORTER is None:
-        from nltk.stem import PorterStemmer
-        _PORTER = PorterStemmer()
-    return _PORTER.stem(w)
+def _stem(w: str) -> str: return stem(w)   # nltk's Porter stemmer, memlab's one stemmer (`memlab.memory.stem`)
 
 def content_terms(text: Optional[str]) -> frozenset:
     "Stemmed non-stopword tokens of `normalize_mab(text)` (single letters dropped, digits kept)."
