@@ -15,7 +15,7 @@ from .core import OFFLINE_LABEL
 
 # %% auto #0
 __all__ = ['OFFLINE_LABELS', 'TABLE_DIGITS', 'is_offline', 'label_figure', 'save_figure', 'panel_grid', 'short_names',
-           'legend_key', 'save_table', 'ci_bars']
+           'legend_key', 'save_table', 'ci_bars', 'fig_accuracy_by_type']
 
 # %% ../nbs/08_plots.ipynb #28669c29
 OFFLINE_LABELS = frozenset({OFFLINE_LABEL})
@@ -114,3 +114,15 @@ def ci_bars(table: pd.DataFrame, # rows with mean, lo, hi (e.g. from `stats.boot
     ax.set_xticks(np.arange(len(xs)), [str(v) for v in xs]); ax.set_ylabel(ylabel)
     if hue: ax.legend(title=hue, fontsize=8, loc='upper left', bbox_to_anchor=(1.01, 1.0), frameon=False)
     return ax
+
+# %% ../nbs/08_plots.ipynb #fd78fc10
+def fig_accuracy_by_type(by_type: pd.DataFrame, # `stats.bootstrap_table(..., by=['qtype', 'memory'])` rows: qtype, memory, mean, lo, hi
+                         labels: Sequence[str], # policy labels of the data
+                         title: str # the figure's title (`label_figure` adds the [offline] prefix)
+                        ) -> plt.Figure:
+    "Accuracy per question type, one bar (with its CI) per memory."
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    ci_bars(by_type, x='qtype', hue='memory', ax=ax)
+    ax.set_ylim(0, 105); ax.tick_params(axis='x', labelsize=7)
+    label_figure(fig, labels, title)
+    return fig

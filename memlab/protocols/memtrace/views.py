@@ -13,8 +13,9 @@ from ...stats import resample_counts, task_index, mcnemar_table, too_few, _min_n
 import memlab.stats as _stats
 
 # %% auto #0
-__all__ = ['probe_table', 'probe_frame', 'user_ci', 'retention_trace', 'maintenance_table', 'condition_table', 'rank_stability',
-           'hard_failures', 'oracle_instances', 'reach', 'reach_use_table', 'oracle_lift', 'paired_tests']
+__all__ = ['probe_table', 'probe_frame', 'table2_kps', 'user_ci', 'retention_trace', 'maintenance_table', 'condition_table',
+           'rank_stability', 'hard_failures', 'oracle_instances', 'reach', 'reach_use_table', 'oracle_lift',
+           'paired_tests']
 
 # %% ../../../nbs/protocols/memtrace/03_views.ipynb #a31227c1
 def probe_table(insts: Sequence[Instance]) -> pd.DataFrame:
@@ -46,6 +47,16 @@ def probe_frame(results: pd.DataFrame, # `results_frame(store, judge)` rows (cor
     out = d[ok].assign(gist=lambda x: x['correct'].astype(float), verbatim=lambda x: pd.to_numeric(x['score'], errors='coerce'))
     out.attrs.update(n_error=n_err, n_unjudged=int((~ok).sum()) - n_err)
     return out.reset_index(drop=True)
+
+# %% ../../../nbs/protocols/memtrace/03_views.ipynb #03d120ee
+def table2_kps(probes: pd.DataFrame # `probe_table` rows (a KP appears once per window and question type)
+              ) -> pd.DataFrame:
+    "Table 2: knowledge points per group (each KP once) with their share, beside the paper's counts and shares."
+    from memlab.protocols.memtrace.data import kp_table, KP_GROUPS
+    t2 = probes.drop_duplicates('kp')['kp_group'].value_counts().reindex(list(KP_GROUPS), fill_value=0).rename('KPs').to_frame()
+    t2 = t2.join(kp_table([]).drop(columns=['KPs', '%']))
+    t2.insert(1, '%', (100 * t2['KPs'] / t2['KPs'].sum()).round(1))
+    return t2
 
 # %% ../../../nbs/protocols/memtrace/03_views.ipynb #bbb4b1dd
 def _ratio(frame: pd.DataFrame, users: np.ndarray, mask: np.ndarray, value: str, C: np.ndarray) -> np.ndarray:

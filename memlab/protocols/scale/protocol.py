@@ -9,16 +9,17 @@ from pathlib import Path
 from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
-from ...stats import bootstrap_ci, bootstrap_quantile
+from ...stats import bootstrap_ci, bootstrap_quantile, mcnemar_table
 from ...core import Instance, validate_params
 from ...memory import HISTORIES   # seed 000 registers its ladder history (`scale-ladder`) into the harness
 from ...runner import DATASETS   # and its synthetic dataset kind (`synthetic-ladder`)
 
 # %% auto #0
-__all__ = ['BUDGETS', 'ALPHA', 'SCALE_PARAMS', 'SCALE_DATASETS', 'outcomes', 'call_quantile', 'with_scale', 'diagnostics',
-           'onset', 'end_names', 'table1', 'table2', 'budget_curve', 'table3', 'reporting_card', 'plot_reliability',
-           'plot_decomposition', 'plot_endpoints', 'plot_budget_curves', 'check_params', 'check_n_queries',
-           'ladder_pool', 'scale_ladder_history']
+__all__ = ['BUDGETS', 'ALPHA', 'RETRIEVAL_COLUMNS', 'SCALE_PARAMS', 'SCALE_DATASETS', 'outcomes', 'call_quantile', 'with_scale',
+           'diagnostics', 'onset', 'end_names', 'table1', 'table2', 'budget_curve', 'table3', 'table7',
+           'failure_regimes', 'retrieval_by_scale', 'reporting_card', 'plot_reliability', 'plot_decomposition',
+           'plot_endpoints', 'plot_budget_curves', 'check_params', 'check_n_queries', 'ladder_pool',
+           'scale_ladder_history']
 
 # %% ../../../nbs/protocols/scale/02_protocol.ipynb #b2acbc0e
 BUDGETS = {'B0': 2, 'B1': 3, 'B2': 5}   # seed 000, Table 11: main, elastic, stress
@@ -171,6 +172,49 @@ def table3(curve: pd.DataFrame, # budget_curve() output
             row[f'pass_{name}_{hn}'] = gb.loc[hi, 'pass_b'] if hi in gb.index else np.nan; row[f'onset_{name}'] = onset(gb['pass_b'], alpha)
         rows.append(row)
     return pd.DataFrame(rows)
+
+# %% ../../../nbs/protocols/scale/02_protocol.ipynb #46a831fb
+def table7(df: pd.DataFrame, # with_scale output (one row per evaluated rollout, with `sample`)
+           t1: pd.DataFrame, # table1() of the same run
+           B: int=BUDGETS['B0'], # the primary budget
+           dataset: str='synthetic' # the dataset's name, written in a column
+          ) -> pd.DataFrame:
+    "Table 7: endpoint Pass@B (mean, CI) and drop per cell, with the exact McNemar test of the first vs last scale (Holm)."
+    s_lo, s_hi = end_names(t1)
+    cols = ['policy', 'memory', *[f'pass_b_{e}{x}' for e in dict.fromkeys((s_lo, s_hi)) for x in ('', '_lo', '_hi')], 'drop']
+    if s_lo == s_hi: return t1[cols].assign(b=None, c=None, p=None, p_holm=None, dataset=dataset)   # one rung: nothing to test
+    d = df.assign(pass_b0=outcomes(df['correct'], df['n_calls'], B)['pass_b'].to_numpy())
+    ends = d[d['n_irr'].isin([d['n_irr'].min(), d['n_irr'].max()])].assign(scale=lambda x: x['scale'].astype(str))
+    mc = mcnemar_table(ends, system='scale', value='pass_b0', keys=['query_id', 'sample'], pairs=[(s_lo, s_hi)], by=['policy', 'memory'],
+                       unpaired='drop')
+    return t1[cols].merge(mc[['policy', 'memory', 'b', 'c', 'p', 'p_holm']], on=['policy', 'memory'], how='left').assign(dataset=dataset)
+
+# %% ../../../nbs/protocols/scale/02_protocol.ipynb #b5d3f17f
+def failure_regimes(diag: pd.DataFrame, # diagnostics() at the primary budget
+                    memories: Sequence[dict], # the run manifest's memories (`name`, `single_pass`)
+                    weak: str, # the weaker agent's policy name, e.g. 'offline-reader[tier=weak]'
+                    strong: str # the stronger agent's policy name
+                   ) -> dict:
+    "Interfaces failing within budget as scale grows (single-pass) and those where the weak agent exceeds B more (iterative)."
+    fam = {m['name']: m for m in memories}
+    single = [n for n, m in fam.items() if m['single_pass']]; iterative = [n for n, m in fam.items() if not m['single_pass']]
+    d0 = diag.assign(mem=diag['memory'].str.replace(r'\[.*', '', regex=True))
+    lo_s, hi_s = d0['n_irr'].min(), d0['n_irr'].max()
+    sp = d0[d0['mem'].isin(single)].pivot_table(index=['policy', 'mem'], columns='n_irr', values='p_wrong')
+    within = ((sp[hi_s] > sp[lo_s]) & (d0[d0['mem'].isin(single)].groupby(['policy', 'mem'])['p_exh'].max() == 0)) if len(sp) else sp
+    exh = d0[d0['mem'].isin(iterative) & (d0['n_irr'] == hi_s)].pivot_table(index='mem', columns='policy', values='p_exh')
+    exceed = exh[weak] > exh[strong] if weak in exh and strong in exh else pd.Series(dtype=bool)
+    return dict(within=sorted(within[within].index.get_level_values('mem').unique()) if len(sp) else [], exceed=sorted(exceed[exceed].index))
+
+# %% ../../../nbs/protocols/scale/02_protocol.ipynb #55c8f591
+RETRIEVAL_COLUMNS = ['recall_any@5', 'recall_all@5', 'ndcg_any@5', 'recall_all@10', 'ndcg_any@10', 'evidence_recall']
+
+def retrieval_by_scale(rt: pd.DataFrame # `memlab.judge.retrieval_table` rows of a ladder run (with `condition`)
+                      ) -> pd.DataFrame:
+    "Mean retrieval scores per agent, interface and scale, with `n` scored rollouts."
+    rt = rt.assign(scale=rt['condition'].map(lambda c: json.loads(c).get('scale')))
+    g = rt.groupby(['policy', 'memory', 'scale'], sort=True)
+    return g[RETRIEVAL_COLUMNS].mean().reset_index().assign(n=g.size().to_numpy())
 
 # %% ../../../nbs/protocols/scale/02_protocol.ipynb #fc0f6110
 def reporting_card(diag: pd.DataFrame, # diagnostics() at the primary budget

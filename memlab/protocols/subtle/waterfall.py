@@ -12,9 +12,9 @@ import memlab.stats as _stats
 from .data import RELATION_TYPES, COLUMNS, SUBTYPE_COLUMNS
 
 # %% auto #0
-__all__ = ['SETTINGS', 'FRAME_COLUMNS', 'SYNTH_ORACLE', 'SYNTH_SUBTYPES', 'WIDE_ORDER', 'WATERFALL_COLUMNS', 'STAGE_COLORS',
-           'check_frame', 'synth_frame', 'accuracy_table', 'wide', 'table3', 'perfect_table', 'align_stages',
-           'waterfall', 'waterfall_figure', 'calibration_table', 'best_system', 'paired_oracle']
+__all__ = ['SETTINGS', 'FRAME_COLUMNS', 'SYNTH_ORACLE', 'SYNTH_SUBTYPES', 'WIDE_ORDER', 'WATERFALL_COLUMNS', 'check_frame',
+           'synth_frame', 'accuracy_table', 'wide', 'table3', 'perfect_table', 'align_stages', 'waterfall',
+           'calibration_table', 'best_system', 'paired_oracle']
 
 # %% ../../../nbs/protocols/subtle/04_waterfall.ipynb #f04d57c3
 SETTINGS = ('oracle', 'perfect', 'default')
@@ -201,45 +201,6 @@ def waterfall(fr: pd.DataFrame, # per-query rows with oracle, perfect and defaul
             rows.append((model, prompt, memory, scope, n, un, int(s[0]), int(s[1]), int(s[2]), _div(s[0], n), _div(s[3], n), _div(s[4], n),
                          _div(s[1], s[0]), *pres, _div(s[2], s[1]), *ret, '; '.join(f'{k} {v}' for k, v in few.items() if v)))
     return pd.DataFrame(rows, columns=list(WATERFALL_COLUMNS))
-
-# %% ../../../nbs/protocols/subtle/04_waterfall.ipynb #67b7972e
-STAGE_COLORS = ('#c6dbef', '#6baed6', '#08519c')   # oracle, preserved, retrieved
-
-def _pct(v: float, lo: float, hi: float) -> str:
-    return 'n/a' if np.isnan(v) else f'{100 * v:.0f} (too few)' if np.isnan(lo) else f'{100 * v:.0f} [{100 * lo:.0f}, {100 * hi:.0f}]'
-
-def waterfall_figure(wf: pd.DataFrame, # `waterfall` rows
-                     labels: Sequence[str], # policy labels of the data (e.g. 'offline reader (no LLM)')
-                     scopes: Optional[Sequence[str]]=None, # scopes to draw; default overall and every relation present
-                     names: Optional[dict]=None, # memory -> display name
-                     title: str='SubtleMemory waterfall: oracle → preserved → retrieved' # figure title
-                    ):
-    "Nested stage bars per system, one panel per model · prompt and scope, annotated with R_pres and R_ret (95% CI)."
-    from matplotlib.patches import Patch
-    from memlab.plots import panel_grid, label_figure
-    scopes = _ordered(wf['scope'], ['overall', *RELATION_TYPES]) if scopes is None else [s for s in scopes if s in set(wf['scope'])]
-    if not scopes: raise ValueError('waterfall_figure: no rows for the requested scopes')
-    answers, systems, names = sorted(set(zip(wf['model'], wf['prompt'])), key=str), sorted(set(wf['memory']), key=str), names or {}
-    fig, axes = panel_grid(len(answers) * len(scopes), ncols=len(scopes), panel=(3.9, 0.45 * len(systems) + 1.1), sharey=True)
-    y = np.arange(len(systems))
-    for ax, ((model, prompt), scope) in zip(axes, [(a, s) for a in answers for s in scopes]):
-        t = wf[(wf['model'] == model) & (wf['prompt'] == prompt) & (wf['scope'] == scope)].set_index('memory').reindex(systems)
-        n = t['n'].where(t['n'] > 0)
-        for col, color in zip(('n_oracle', 'n_pres', 'n_ret'), STAGE_COLORS):
-            ax.barh(y, (t[col] / n).fillna(0).to_numpy(), height=0.72, color=color)
-        for yi, (_, r) in zip(y, t.iterrows()):
-            ax.text(1.03, yi, f"R_pres {_pct(r['r_pres'], r['r_pres_lo'], r['r_pres_hi'])}\nR_ret {_pct(r['r_ret'], r['r_ret_lo'], r['r_ret_hi'])}",
-                    va='center', ha='left', fontsize=6, linespacing=1.1)
-        ax.set_xlim(0, 1.7); ax.set_xticks([0, 0.5, 1.0], ['0', '50', '100']); ax.set_ylim(len(systems) - 0.5, -0.5)
-        ax.set_yticks(y, [names.get(s, str(s)) for s in systems], fontsize=8)
-        ax.set_title(f'{model} · {prompt} · {scope}', fontsize=9); ax.set_xlabel('% of aligned queries', fontsize=8)
-        for side in ('top', 'right'): ax.spines[side].set_visible(False)
-        ax.spines['bottom'].set_bounds(0, 1)
-    handles = [Patch(color=c, label=l) for c, l in zip(STAGE_COLORS, ('correct under oracle', '∩ correct under perfect retrieval',
-                                                                       '∩ correct under default retrieval'))]
-    fig.legend(handles=handles, loc='upper left', bbox_to_anchor=(1.0, 0.9), frameon=False, fontsize=8)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.45 / fig.get_figheight()))   # room for the title above the panel titles
-    return label_figure(fig, labels, title)
 
 # %% ../../../nbs/protocols/subtle/04_waterfall.ipynb #4ebb1f33
 def calibration_table(fr: pd.DataFrame, # per-query rows (oracle rows are used; restrict to one persona for Table 2)
