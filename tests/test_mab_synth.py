@@ -385,3 +385,43 @@ def test_the_mab_loader_reads_synthetic_rows(tmp_path):
     insts = mab.load_memoryagentbench(p, sha256=False)
     assert len(insts) == len(rows)
     assert [len(i.queries) for i in insts] == [len(r['questions']) for r in rows]
+
+
+# ------------------------------------------------------------------------- issue 22: second phrasing sets
+
+PHRASED_B = ('icl_banking77', 'icl_clinic150', 'icl_nlu', 'icl_trec_coarse', 'icl_trec_fine', 'recsys_redial', 'infbench_sum')
+
+
+@pytest.mark.parametrize('name', PHRASED_B)
+def test_phrasing_a_is_the_default_and_b_is_other_text(name):
+    "phrasing='a' is the default output; 'b' shares no example/dialogue/event sentence with 'a' (the same seed)."
+    a, b = rows_of(name, n_contexts=1), rows_of(name, n_contexts=1, phrasing='b')
+    assert rows_of(name, n_contexts=1, phrasing='a') == a
+    if name == 'infbench_sum':                                                 # the key points (the narrative filler is shared)
+        ka, kb = a[0]['metadata']['keypoints'], b[0]['metadata']['keypoints']
+        assert not set(ka) & set(kb) and not [k for k in kb if k in a[0]['context']]
+    else:
+        split = lambda r: {l.split(': ', 1)[-1] for d in r['context'].split('\n\n') for l in d.split('\n') if 'Label' not in l}
+        assert not split(a[0]) & split(b[0]), sorted(split(a[0]) & split(b[0]))[:10]
+        assert not set(a[0]['questions']) & set(b[0]['questions'])
+    with pytest.raises(ValueError, match='unknown phrasing'): rows_of(name, n_contexts=1, phrasing='c')
+
+
+@pytest.mark.parametrize('name', sorted(INTENT_SETS))
+def test_icl_phrasing_b_same_labels(name):
+    "Phrasing 'b' keeps the label inventory: every example and question maps to its own label by the 'b' keys."
+    for row in rows_of(f'icl_{name}', seed=5, phrasing='b'):
+        pairs = [e.rsplit('\nLabel: ', 1) for e in row['context'].split('\n\n')]
+        assert {int(n) for _, n in pairs} == set(range(INTENT_SETS[name].n_labels))
+        assert all(icl_label_of(name, s, 'b') == int(n) for s, n in pairs)
+        assert all(icl_label_of(name, q, 'b') == int(a[0]) for q, a in zip(row['questions'], row['answers']))
+
+
+def test_recsys_phrasing_b_gold_in_context():
+    cat = {i: (t, y) for i, t, y, _ in recsys_catalogue()}
+    for row in rows_of('recsys_redial', seed=5, phrasing='b'):
+        dialogs = row['context'].split('\n\n')
+        assert all(d.startswith('Seeker: ') for d in dialogs)
+        for q, a in zip(row['questions'], row['answers']):
+            gold = [movie_mention(*cat[int(g)]) for g in a]
+            assert any(all(any(x.startswith('Recommender: ') and g in x for x in d.split('\n')) for g in gold) for d in dialogs)

@@ -5,7 +5,7 @@
 # %% ../../../nbs/protocols/mab/03e_icl.ipynb #230f067f
 from __future__ import annotations
 import random, re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Optional
 from ...core import count_tokens
@@ -89,6 +89,67 @@ TREC_FINE = (  # the 50 fine question types of TREC (coarse:fine), two frames ea
     ('NUM:volsize', ('How big is {x}?', 'What is the area of {x}?')),
     ('NUM:weight', ('How much does {x} weigh?', 'What is the weight of {x}?')),
 )
+_TREC_FINE_B = (  # phrasing 'b': the same 50 fine types, two frames each, written anew (other words and sentence shapes)
+    ('ABBR:abb', ('Tell me how people abbreviate {x}.', 'Is there a shorter way to write {x}?')),
+    ('ABBR:exp', ('Spell out {A} for me.', 'Do you know what the letters {A} expand to?')),
+    ('DESC:def', ('Define {x}.', 'Could you explain the meaning of the term {x}?')),
+    ('DESC:desc', ('Describe the main features of {x}.', 'Give me a short description of {x}.')),
+    ('DESC:manner', ('In what way is {x} prepared?', 'Explain the steps for building {x}.')),
+    ('DESC:reason', ('For what reason did {x} close down?', 'Explain why {x} became famous.')),
+    ('ENTY:animal', ('Name a creature found only on {x}.', 'Which bird nests on {x}?')),
+    ('ENTY:body', ('Which organ does {x} damage first?', 'Name the bone that {x} broke.')),
+    ('ENTY:color', ('Name the colours of the uniform of {x}.', 'Which shade did {x} paint the door?')),
+    ('ENTY:cremat', ('Name a song recorded by {x}.', 'Which painting by {x} hangs in the museum?')),
+    ('ENTY:currency', ('Which coins do shops in {x} accept?', 'Name the national currency of {x}.')),
+    ('ENTY:dismed', ('Name the sickness that spread through {x}.', 'Which infection did {x} catch abroad?')),
+    ('ENTY:event', ('Name the battle fought at {x}.', 'Which celebration takes place in {x} every year?')),
+    ('ENTY:food', ('Name a traditional meal from {x}.', 'Which cheese is made in {x}?')),
+    ('ENTY:instru', ('Which instrument is {x} best known for playing?', 'Name the instrument heard in {x}.')),
+    ('ENTY:lang', ('In which tongue is the poem {x} written?', 'Name the official language of {x}.')),
+    ('ENTY:letter', ('Name the first letter of {x}.', 'Which letter of the alphabet appears on the badge of {x}?')),
+    ('ENTY:other', ('Name the object found buried under {x}.', 'Which trophy sits in the hall of {x}?')),
+    ('ENTY:plant', ('Name a crop grown on the farms of {x}.', 'Which herb gives {x} its smell?')),
+    ('ENTY:product', ('Name the model of the laptop {x} sells.', 'Which brand of shoes does {x} wear?')),
+    ('ENTY:religion', ('Name the faith of the monks at {x}.', 'Which church does {x} belong to?')),
+    ('ENTY:sport', ('Name the game the club {x} is famous for.', 'Which sport made {x} a champion?')),
+    ('ENTY:substance', ('Name the material of the roof of {x}.', 'Which mineral is mined near {x}?')),
+    ('ENTY:symbol', ('Name the emblem on the coat of arms of {x}.', 'Which icon marks {x} on road signs?')),
+    ('ENTY:techmeth', ('Name the process used to refine {x}.', 'By which procedure is {x} tested?')),
+    ('ENTY:termeq', ('Name the scientific term for {x}.', 'Which synonym do sailors use for {x}?')),
+    ('ENTY:veh', ('Name the boat that carried {x} across the sea.', 'Which aircraft did {x} fly?')),
+    ('ENTY:word', ('Name a word that sounds like {x}.', 'Which English word comes from {x}?')),
+    ('HUM:gr', ('Name the band that recorded {x}.', 'Which organization runs {x}?')),
+    ('HUM:ind', ('Name the person who discovered {x}.', 'Tell me who wrote {x}.')),
+    ('HUM:title', ('Name the job title of {x} at the court.', 'By which honorific was {x} addressed?')),
+    ('HUM:desc', ('Tell me about the life of {x}.', 'Describe the person called {x}.')),
+    ('LOC:city', ('Name the town where {x} was born.', 'In what city does {x} have its headquarters?')),
+    ('LOC:country', ('Name the nation that owns {x}.', 'Tell me the country where {x} was signed.')),
+    ('LOC:mount', ('Name the peak that towers over {x}.', 'Which volcano erupted near {x}?')),
+    ('LOC:other', ('Tell me where {x} can be seen.', 'In what region does {x} flow?')),
+    ('LOC:state', ('Name the province that contains {x}.', 'In which US state is {x} found?')),
+    ('NUM:code', ('Tell me the area code of {x}.', 'Which postal code belongs to {x}?')),
+    ('NUM:count', ('Count the moons of {x}.', 'Tell me the number of members of {x}.')),
+    ('NUM:date', ('In which year did {x} open?', 'Tell me the date {x} was born.')),
+    ('NUM:dist', ('Tell me the distance from {x} to the capital.', 'How many miles separate {x} from the border?')),
+    ('NUM:money', ('Tell me what a ticket to {x} costs.', 'How many dollars did {x} earn?')),
+    ('NUM:ord', ('In which position did {x} end the season?', 'Tell me the place {x} came in the final.')),
+    ('NUM:other', ('Tell me the serial number of {x}.', 'What is the frequency of the station {x}?')),
+    ('NUM:perc', ('Tell me what share of voters chose {x}.', 'What portion of {x} is desert, in percent?')),
+    ('NUM:period', ('For how many decades did {x} reign?', 'Tell me how long the siege of {x} went on.')),
+    ('NUM:speed', ('Tell me the speed of the current in {x}.', 'At how many kilometres per hour does {x} travel?')),
+    ('NUM:temp', ('Tell me the average winter temperature of {x}.', 'At how many degrees does {x} melt?')),
+    ('NUM:volsize', ('Tell me the size of {x} in square miles.', 'How many litres does {x} hold?')),
+    ('NUM:weight', ('Tell me the mass of {x} in kilograms.', 'How many tons does {x} weigh?')),
+)
+_BANK_FRAMES_B = ('Any idea how I {v} this {o}{t}?', 'Is it possible for me to {v} a {o}{t}?',
+                  "I'm stuck: the {o} won't let me {v} it{t}.", 'Need to {v} that {o}{t}, what are the steps?',
+                  'What would happen if I {v} our {o}{t}?', 'Which page lets a customer {v} a {o}{t}?',
+                  'My {o}{t}: how should I {v} it?', 'Does it cost anything to {v} this {o}{t}?',
+                  'Could someone explain why I cannot {v} that {o}{t}?', "Who do I contact to {v} our {o}{t}?")
+_ASSIST_FRAMES_B = ('Time to {v} that {o}{t}.', 'Mind if you {v} this {o}{t}?', 'The {o}, {v} it{t}.',
+                    'Could we {v} our {o}{t}?', 'You should {v} that {o}{t}.', 'Let us {v} this {o}{t}.',
+                    'About our {o}: {v} it{t}.', 'Think you can {v} a {o}{t}?', 'Remember to {v} this {o}{t}.',
+                    'It would help if you could {v} that {o}{t}.')
 INTENT_SETS = {
     'banking77': IntentSet('banking77', 77, _BANK_FRAMES,
         ('activate', 'cancel', 'top up', 'verify', 'freeze', 'replace', 'renew', 'link', 'unlock', 'check the status of',
@@ -124,6 +185,33 @@ INTENT_SETS = {
     'trec_coarse': IntentSet('trec_coarse', 6, TREC_FINE, coarse=True),
     'trec_fine': IntentSet('trec_fine', 50, TREC_FINE),
 }
+_INTENT_SETS_B = {  # phrasing 'b': the same labels and entity pools (verbs, objects, TREC fillers), other frames, openers, tails
+    'banking77': replace(INTENT_SETS['banking77'], frames=_BANK_FRAMES_B,
+        prefixes=('', 'Hiya, ', 'Morning, ', 'One thing: ', 'Pardon me, ', 'Hello team, ', 'Urgent: ', 'Apologies, ',
+                  'Dear support, ', 'Small query: '),
+        tails=('', ' tonight', ' while travelling', ' via the website', ' by Monday', ' on holiday', ' this month',
+               ' without visiting a branch', ' from overseas', ' urgently')),
+    'clinic150': replace(INTENT_SETS['clinic150'], frames=_ASSIST_FRAMES_B,
+        prefixes=('', 'Yo, ', 'Computer, ', 'Excuse me, ', 'Morning, ', 'Hmm, ', 'Buddy, ', 'Quick favour: ',
+                  'Hello again, ', 'Listen up, '),
+        tails=('', ' tomorrow morning', ' later today', ' before noon', ' for the weekend', ' once more',
+               ' this afternoon', ' asap', ' at once', ' if possible')),
+    'nlu': replace(INTENT_SETS['nlu'], frames=_ASSIST_FRAMES_B,
+        prefixes=('', 'Siri, ', 'Hey robot, ', 'Well, ', 'Ok so, ', 'Excuse me, ', 'Hmm, ', 'Yo, ', 'Morning, ',
+                  'Computer, '),
+        tails=('', ' later', ' tomorrow', ' for me', ' at once', ' quickly', ' after dinner', ' this afternoon',
+               ' once more', ' soon')),
+    'trec_coarse': IntentSet('trec_coarse', 6, _TREC_FINE_B, coarse=True),
+    'trec_fine': IntentSet('trec_fine', 50, _TREC_FINE_B),
+}
+_ICL_PHRASINGS = {'a': INTENT_SETS, 'b': _INTENT_SETS_B}   # phrasing -> intent sets
+
+def _icl_sets(phrasing: str='a' # 'a' | 'b' (`_ICL_PHRASINGS`)
+            ) -> dict:
+    "The intent sets of a phrasing set."
+    if phrasing not in _ICL_PHRASINGS: raise ValueError(f'unknown phrasing {phrasing!r}; phrasings: {sorted(_ICL_PHRASINGS)}')
+    return _ICL_PHRASINGS[phrasing]
+
 ICL_SHOTS = {'banking77': 5900, 'clinic150': 7050, 'nlu': 8296, 'trec_coarse': 6600, 'trec_fine': 6400}  # released shots
 
 def _alt(words) -> str: return '|'.join(re.escape(w) for w in sorted(words, key=len, reverse=True))
@@ -141,18 +229,25 @@ def icl_labels(name: str # an `INTENT_SETS` name
     return dict(zip(keys, nums))
 
 @lru_cache(maxsize=None)
-def _icl_matchers(name):
-    s = INTENT_SETS[name]
+def _icl_matchers(name, phrasing='a'):
+    s = _icl_sets(phrasing)[name]
+    if s.verbs and phrasing != 'a':                  # 'b' frames may name the object before the verb ("the {o}, {v} it")
+        return re.compile(rf"\b(?P<o>{_alt(s.objects)})\b"), re.compile(rf"\b(?P<v>{_alt(s.verbs)})\b")
     if s.verbs: return re.compile(rf"\b(?P<v>{_alt(s.verbs)}) (?:my|the) (?P<o>{_alt(s.objects)})\b")
     return [(f, re.compile('^' + re.escape(fr).replace(r'\{x\}', '(.+?)').replace(r'\{A\}', '(.+?)') + '$'))
             for f, frs in s.frames for fr in frs]
 
 def icl_label_of(name: str, # an `INTENT_SETS` name
-                 sentence: str # an example or question sentence
+                 sentence: str, # an example or question sentence
+                 phrasing: str='a' # the generator's phrasing set
                 ) -> Optional[int]:
     "The label number a sentence's key maps to (None if no key or several keys match)."
-    s, labels = INTENT_SETS[name], icl_labels(name)
-    m = _icl_matchers(name)
+    s, labels = _icl_sets(phrasing)[name], icl_labels(name)
+    m = _icl_matchers(name, phrasing)
+    if s.verbs and phrasing != 'a':                  # the object first (it may contain a verb: 'exchange rate'), then the verb
+        o = m[0].search(sentence)
+        v = o and m[1].search(sentence[:o.start()] + '|' + sentence[o.end():])
+        return labels.get((v['v'], o['o'])) if v else None
     if s.verbs:
         hit = m.search(sentence)
         return labels.get((hit['v'], hit['o'])) if hit else None
@@ -164,13 +259,15 @@ def icl_label_of(name: str, # an `INTENT_SETS` name
 def icl_sentence(name: str, # an `INTENT_SETS` name
                  key, # a label key from `icl_labels(name)`
                  rng: random.Random, # the row's RNG
-                 nm: Optional[_Names]=None # fills TREC frames with invented names
+                 nm: Optional[_Names]=None, # fills TREC frames with invented names
+                 phrasing: str='a' # 'a' | 'b' (`_ICL_PHRASINGS`)
                 ) -> str:
     "A random sentence of the label with this key."
-    s = INTENT_SETS[name]
+    s = _icl_sets(phrasing)[name]
     if s.verbs:
         v, o = key
         fr = rng.choice(s.frames).format(v=v, o=o, t=rng.choice(s.tails))
+        if phrasing != 'a': fr = re.sub(r'\b([Aa]) (?=[aeiouAEIOU])', r'\1n ', fr)   # 'a alarm' -> 'an alarm'
         p = rng.choice(s.prefixes)
         return p + (fr if not p or fr.startswith(('I ', "I'")) else fr[0].lower() + fr[1:])
     fines = [f for f, _ in s.frames if (f.split(':')[0] if s.coarse else f) == key]
@@ -184,9 +281,11 @@ def make_icl(name: str, # an `INTENT_SETS` name: banking77, clinic150, nlu, trec
              questions_per_context: int=100, # questions per context (the released rows have 100)
              context_tokens: int=32768, # target context length (count_tokens)
              seed: int=0, # everything is derived from this seed
-             label_prefix: str='Label:' # the word before the label number in each example
+             label_prefix: str='Label:', # the word before the label number in each example
+             phrasing: str='a' # 'a' | 'b': the wording of examples and questions (`_ICL_PHRASINGS`); labels are the same
             ) -> list[dict]:
     "Intent-classification rows: balanced labelled examples, then new sentences whose answer is the label number."
+    _icl_sets(phrasing)
     if name not in INTENT_SETS: raise KeyError(f'unknown intent set {name!r}; known: {sorted(INTENT_SETS)}')
     labels = icl_labels(name); keys = list(labels)
     rows = []
@@ -196,7 +295,7 @@ def make_icl(name: str, # an `INTENT_SETS` name: banking77, clinic150, nlu, trec
         qkeys = [keys[i % len(keys)] for i in range(questions_per_context)]; rng.shuffle(qkeys)
         for k in qkeys:                                   # questions first: no example may repeat one
             while True:
-                s = icl_sentence(name, k, rng, nm)
+                s = icl_sentence(name, k, rng, nm, phrasing)
                 if s not in qs: break
             qs.append(s); ans.append([str(labels[k])])
         held = set(qs)
@@ -205,7 +304,7 @@ def make_icl(name: str, # an `INTENT_SETS` name: banking77, clinic150, nlu, trec
             rnd = keys[:]; rng.shuffle(rnd)
             for k in rnd:
                 for i in range(1000):                     # a fresh sentence if one is found soon (a repeat otherwise)
-                    s = icl_sentence(name, k, rng, nm)
+                    s = icl_sentence(name, k, rng, nm, phrasing)
                     if s not in held and (s not in seen or i >= 50): break
                 seen.add(s); ex = f'{s}\n{label_prefix} {labels[k]}'
                 examples.append(ex); tok += count_tokens(ex)
@@ -218,8 +317,8 @@ def make_icl(name: str, # an `INTENT_SETS` name: banking77, clinic150, nlu, trec
 
 def _icl_family(name):
     def make(n_contexts: int=1, questions_per_context: int=100, context_tokens: int=32768, seed: int=0,
-             label_prefix: str='Label:') -> list[dict]:
-        return make_icl(name, n_contexts, questions_per_context, context_tokens, seed, label_prefix)
+             label_prefix: str='Label:', phrasing: str='a') -> list[dict]:
+        return make_icl(name, n_contexts, questions_per_context, context_tokens, seed, label_prefix, phrasing)
     make.__name__ = make.__qualname__ = f'make_icl_{name}'
     make.__doc__ = f'`make_icl` for the {name} set ({INTENT_SETS[name].n_labels} labels).'
     return family(f'icl_{name}')(make)

@@ -14,13 +14,13 @@ __all__ = ['INFBENCH_SUM_QUESTION', 'make_infbench_sum']
 # %% ../../../nbs/protocols/mab/03g_infbench_sum.ipynb #0b93be9a
 INFBENCH_SUM_QUESTION = 'Summarize the book.'
 
-def _story(rng, nm, n_keypoints, n_main, n_minor_events, total_tokens):
+def _story(rng, nm, n_keypoints, n_main, n_minor_events, total_tokens, phrasing='a'):
     "Key events of a main cast and minor events of side characters in narrative filler; returns (text, keypoints, cast)."
     cast = tuple(sorted({nm.person().split()[0] for _ in range(n_main * 3)})[:n_main])
     side = tuple(n for n in sorted({nm.person().split()[0] for _ in range(20)}) if n not in cast)[:6]
     taken = set()
-    keypoints = _unique_events(rng, [rng.choice(cast) for _ in range(n_keypoints)], cast, taken)
-    minor = _unique_events(rng, [rng.choice(side) for _ in range(n_minor_events)], side, taken)
+    keypoints = _unique_events(rng, [rng.choice(cast) for _ in range(n_keypoints)], cast, taken, phrasing)
+    minor = _unique_events(rng, [rng.choice(side) for _ in range(n_minor_events)], side, taken, phrasing)
     kpos = set(rng.sample(range(len(keypoints) + len(minor)), len(keypoints)))
     ki, mi = iter(keypoints), iter(minor)                  # key points keep their order, minor events fall anywhere
     evs = [next(ki) if i in kpos else next(mi) for i in range(len(keypoints) + len(minor))]
@@ -29,9 +29,11 @@ def _story(rng, nm, n_keypoints, n_main, n_minor_events, total_tokens):
     sents = _interleave(rng, _filler(rng, total_tokens - fixed, 'narrative', cast + side), evs)
     return _paragraphs(rng, sents), keypoints, cast
 
-def _summary(keypoints, cast) -> str:
+_SUM_OPENINGS = {'a': 'The story follows {cast}. ', 'b': 'Its main characters are {cast}. '}   # phrasing -> summary opening
+
+def _summary(keypoints, cast, phrasing='a') -> str:
     "The reference summary: the key points retold in order."
-    return f"The story follows {', '.join(cast[:-1])} and {cast[-1]}. " + ' '.join(keypoints)
+    return _SUM_OPENINGS[phrasing].format(cast=f"{', '.join(cast[:-1])} and {cast[-1]}") + ' '.join(keypoints)
 
 @family('infbench_sum')
 def make_infbench_sum(n_contexts: int=1, # rows (books); the released set has 100
@@ -40,20 +42,22 @@ def make_infbench_sum(n_contexts: int=1, # rows (books); the released set has 10
                       seed: int=0, # everything is derived from this seed
                       n_keypoints: int=15, # key points per book (plot events of the main cast)
                       n_main: int=4, # main characters
-                      minor_per_keypoint: float=2.0 # minor events of side characters per key point
+                      minor_per_keypoint: float=2.0, # minor events of side characters per key point
+                      phrasing: str='a' # 'a' | 'b': the wording of story events and key points (EventQA's phrasing sets)
                      ) -> list[dict]:
     "∞Bench-Sum-like rows: a long story of events; summarize it; `keypoints` in metadata."
     if questions_per_context != 1: raise ValueError(f'infbench_sum has one question (the summary) per context, '
                                                     f'got questions_per_context={questions_per_context}')
+    if phrasing not in _SUM_OPENINGS: raise ValueError(f'unknown phrasing {phrasing!r}; phrasings: {sorted(_SUM_OPENINGS)}')
     rows = []
     for r in range(n_contexts):
         rng = _rng('infbench_sum', seed, r); nm = _Names(rng)
         n_minor = round(minor_per_keypoint * n_keypoints)
-        text, kps, cast = _story(rng, nm, n_keypoints, n_main, n_minor, context_tokens)
+        text, kps, cast = _story(rng, nm, n_keypoints, n_main, n_minor, context_tokens, phrasing)
         demos = []
         for _ in range(2):
-            dtext, dkps, dcast = _story(rng, nm, 4, 2, 3, 160)
-            demos.append(f'[Book]\n{dtext}\n\n[Summary]\n{_summary(dkps, dcast)}')
-        rows.append(make_row(text, [INFBENCH_SUM_QUESTION], [[_summary(kps, cast)]], 'infbench_sum_eng_shots2',
+            dtext, dkps, dcast = _story(rng, nm, 4, 2, 3, 160, phrasing)
+            demos.append(f'[Book]\n{dtext}\n\n[Summary]\n{_summary(dkps, dcast, phrasing)}')
+        rows.append(make_row(text, [INFBENCH_SUM_QUESTION], [[_summary(kps, cast, phrasing)]], 'infbench_sum_eng_shots2',
                              qa_offset=r, keypoints=kps, demo='\n\n'.join(demos)))
     return rows

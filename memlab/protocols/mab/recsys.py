@@ -49,12 +49,27 @@ _REC_SYS = ("You might like {m}.", "Have you seen {m}? I think you would enjoy i
 _REC_CLOSE = ("Thanks, I will check it out!", "Sounds great, thank you.", "I haven't seen that one, I'll add it to my list.",
               "Perfect, thanks for the help.")
 
-def _dialogue(rng, liked, recs, vibe) -> str:
-    mood = f' I am in the mood for {vibe}.' if rng.random() < 0.5 else ''
-    likes = ' '.join(t.format(m=movie_mention(m[1], m[2])) for t, m in zip(rng.sample(_REC_LIKE, len(liked)), liked))
-    lines = [f'User: {rng.choice(_REC_OPEN)}{mood} {likes}']
-    for m in recs: lines.append('System: ' + rng.choice(_REC_SYS).format(m=movie_mention(m[1], m[2])))
-    lines.append('User: ' + rng.choice(_REC_CLOSE))
+_REC_B = dict(  # phrasing 'b': ReDial's own role names (Seeker, Recommender) and other sentences
+    open=("Good evening! Could you point me to a film?", "I have a free night and nothing to watch.",
+          "Looking for movie ideas, got any?", "Help me pick a film, please."),
+    mood="Lately I can't get enough of {v}.",
+    like=("{m} is a film I adore.", "{m} blew me away.", "Last month I saw {m} and it was wonderful.", "I rewatch {m} all the time."),
+    sys=("Try {m}.", "{m} should suit you.", "My pick would be {m}.", "Based on that, go for {m}."),
+    close=("Great tip, cheers!", "Noted, I'll watch it soon.", "Never heard of it, I'll give it a go.", "Brilliant, much appreciated."),
+    ask="Seeker: Evening! Lately I can't get enough of {v}. {m1} and {m2} were both excellent. Any other films for me?",
+    who=('Seeker', 'Recommender'))
+_REC_A = dict(open=_REC_OPEN, mood='I am in the mood for {v}.', like=_REC_LIKE, sys=_REC_SYS, close=_REC_CLOSE,
+              ask="User: Hi! I am in the mood for {v}. I really liked {m1} and {m2}. What else should I watch?",
+              who=('User', 'System'))
+_REC_PHRASINGS = {'a': _REC_A, 'b': _REC_B}   # phrasing -> dialogue sentences, question template, role names
+
+def _dialogue(rng, liked, recs, vibe, phrasing='a') -> str:
+    P = _REC_PHRASINGS[phrasing]; u, s = P['who']
+    mood = ' ' + P['mood'].format(v=vibe) if rng.random() < 0.5 else ''
+    likes = ' '.join(t.format(m=movie_mention(m[1], m[2])) for t, m in zip(rng.sample(P['like'], len(liked)), liked))
+    lines = [f'{u}: {rng.choice(P["open"])}{mood} {likes}']
+    for m in recs: lines.append(f'{s}: ' + rng.choice(P['sys']).format(m=movie_mention(m[1], m[2])))
+    lines.append(f'{u}: ' + rng.choice(P['close']))
     return '\n'.join(lines)
 
 @family('recsys_redial')
@@ -62,9 +77,11 @@ def make_recsys_redial(n_contexts: int=1, # rows (contexts); the released set ha
                        questions_per_context: int=200, # conversations to answer (the released row has 200)
                        context_tokens: int=32768, # target context length (count_tokens)
                        seed: int=0, # everything is derived from this seed
-                       n_gold: tuple=(1, 3) # gold movies per question: an inclusive (low, high) range
+                       n_gold: tuple=(1, 3), # gold movies per question: an inclusive (low, high) range
+                       phrasing: str='a' # 'a' | 'b': the dialogue sentences and role names (`_REC_PHRASINGS`); the catalogue is the same
                       ) -> list[dict]:
     "Redial-like rows: recommendation dialogues; each question is a new conversation, its answers movie ids."
+    if phrasing not in _REC_PHRASINGS: raise ValueError(f'unknown phrasing {phrasing!r}; phrasings: {sorted(_REC_PHRASINGS)}')
     cat = recsys_catalogue()
     clusters = {}
     for m in cat: clusters.setdefault(m[3], []).append(m)
@@ -77,16 +94,15 @@ def make_recsys_redial(n_contexts: int=1, # rows (contexts); the released set ha
             c = rng.choice(cl_ids); ms = clusters[c][:]; rng.shuffle(ms)
             g = rng.randint(*n_gold); liked, gold = ms[:2], ms[2:2 + g]
             vibe = _VIBES[c % len(_VIBES)]
-            planted.append(_dialogue(rng, [rng.choice(liked)], gold, vibe))
-            qs.append(f"User: Hi! I am in the mood for {vibe}. I really liked {movie_mention(*liked[0][1:3])} and "
-                      f"{movie_mention(*liked[1][1:3])}. What else should I watch?")
+            planted.append(_dialogue(rng, [rng.choice(liked)], gold, vibe, phrasing))
+            qs.append(_REC_PHRASINGS[phrasing]['ask'].format(v=vibe, m1=movie_mention(*liked[0][1:3]), m2=movie_mention(*liked[1][1:3])))
             ans.append([str(m[0]) for m in gold])
         fixed = sum(count_tokens(d) for d in planted)
         _check_size('recsys_redial', fixed, context_tokens)
         dialogues, tok = planted[:], fixed
         while tok < context_tokens:
             c = rng.choice(cl_ids); ms = clusters[c][:]; rng.shuffle(ms)
-            d = _dialogue(rng, ms[:rng.randint(1, 2)], ms[2:2 + rng.randint(1, 2)], _VIBES[c % len(_VIBES)])
+            d = _dialogue(rng, ms[:rng.randint(1, 2)], ms[2:2 + rng.randint(1, 2)], _VIBES[c % len(_VIBES)], phrasing)
             dialogues.append(d); tok += count_tokens(d)
         rng.shuffle(dialogues)
         rows.append(make_row('\n\n'.join(dialogues), qs, ans, 'recsys_redial_full', qa_offset=r * questions_per_context))
