@@ -23,6 +23,7 @@ from memlab.protocols.mab.reader import (TASK_READERS, MAB_SKILLS, numbered_fact
 from memlab.protocols.mab.synth import MAB_GENERATORS, make_mab, recsys_entity2id, write_rows
 from memlab.memory import make_memory
 from memlab.reader import ABSTAIN, TIERS
+from template_runs import word_runs
 
 FAMILIES = sorted(MAB_GENERATORS)
 CAT = MovieCatalogue.from_entity2id(recsys_entity2id())
@@ -181,12 +182,7 @@ def _mab_template_fragments() -> set:
         texts += [x for _, say, ask in tallies.values() for x in (say, ask)] + list(ssa[1:]) + [tr_say, tr_ask]
         texts += [x for say, ask, rubric, _ in prefs.values() for x in (say, ask, rubric)]
     texts += [q for q, _ in S._QA1 + S._QA1_B] + [x[2] for x in S._QA2 + S._QA2_B]
-    out = set()
-    for x in texts:
-        for part in re.split(r'\{\w+\}', x):
-            w = re.findall(r"[A-Za-z']+", part.lower())
-            out |= {' '.join(w[i:i + 4]) for i in range(len(w) - 3)}
-    return out
+    return word_runs(texts)
 
 
 def test_readers_have_no_mab_template_wording():

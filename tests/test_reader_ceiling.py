@@ -13,6 +13,7 @@ from memlab import reader, synth
 from memlab.ceiling import reader_ceiling
 from memlab.reader import TIERS, OfflineReader
 from memlab.synth import make_benchmark, make_ladder_benchmark
+from template_runs import word_runs
 
 N = 20   # questions per type at least
 
@@ -62,12 +63,7 @@ def _template_fragments():
     texts = [x for s in synth.SLOTS + synth.SLOTS_B for x in (s.say, s.ask, s.update, s.ask_update, s.distract, s.premise, s.abstain) if x]
     texts += [x for t in synth.TALLIES + synth.TALLIES_B for x in (t.say, t.ask, t.distract, t.pair, *t.forms) if x]
     texts += [x for e in synth.EVENTS + synth.EVENTS_B for x in e] + ['Today I', 'When did I', 'On what date did I', 'What was the date when I']
-    out = set()
-    for x in texts:
-        for part in re.split(r'\{\w+\}', x):
-            w = re.findall(r"[A-Za-z']+", part.lower())
-            out |= {' '.join(w[i:i + 4]) for i in range(len(w) - 3)}
-    return out
+    return word_runs(texts)
 
 
 def test_reader_has_no_template_wording():
