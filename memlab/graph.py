@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy, re, sys
 from typing import Optional
 import numpy as np
-from scipy import sparse
 from .core import Session, Evidence, PosInt, NonNegInt, NonNegFloat, UnitFloat, date_key
 from .memory import Memory, MEMORIES, terms, chunk_session, STOPWORDS, readback_ids, readback_units
 from .index import BM25Index, EMPTY_TERM, LRUCache, session_key, term_block, top_k
@@ -101,6 +100,7 @@ class EntityGraph:
                  window: int=5, # co-occurrence window, in entity positions within a sentence
                  ee_weight: float=1.0 # weight of co-occurrence edges relative to mention edges
                 ):
+        from scipy import sparse                           # imported here: memlab.runner loads this module (issue 24, import cost)
         self.vocab, self.surface, self.named = {}, [], []
         rows, cols, seqs, sents, off = [], [], [], [], 0
         for p, ch in enumerate(chunks):
@@ -136,6 +136,7 @@ class EntityGraph:
     def transition_T(self):
         "Transpose of the row-stochastic transition matrix (cached), and the dangling-node mask."
         if self._PT is None:
+            from scipy import sparse
             out = np.asarray(self.A.sum(1)).ravel()
             inv = np.divide(1.0, out, out=np.zeros_like(out), where=out > 0)
             self._PT = ((sparse.diags(inv) @ self.A).T.tocsr(), out == 0)
@@ -154,6 +155,7 @@ def ppr(A, # adjacency (n x n, non-negative; A[i, j] is the weight of edge i -> 
         raise ValueError(f'reset must be {A.shape[0]} non-negative weights, not all zero')
     r = r / r.sum()
     if PT is None:
+        from scipy import sparse
         out = np.asarray(A.sum(1)).ravel()
         inv = np.divide(1.0, out, out=np.zeros_like(out, dtype=float), where=out > 0)
         PT = ((sparse.diags(inv) @ sparse.csr_matrix(A)).T.tocsr(), out == 0)

@@ -22,6 +22,12 @@ def imported(*args) -> list:
 def test_import_runner_imports_no_nltk_and_no_protocol():
     assert imported(PROBE + 'import memlab.runner') == []
 
+def test_import_runner_imports_no_scipy():
+    "scipy.sparse is imported by the entity graph when it builds one, not when memlab.runner registers the memories."
+    probe = 'import sys\nimport memlab.runner\nprint(sorted(m for m in sys.modules if m == "scipy" or m.startswith("scipy.")))'
+    r = subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == '[]', (r.stdout[-500:], r.stderr[-2000:])
+
 def test_stemming_imports_no_nltk_package():
     assert imported(PROBE + 'from memlab.memory import terms; assert terms("running days") == ["run", "day"]') == []
 
