@@ -8,7 +8,6 @@ import asyncio, copy, email.utils, errno, importlib, inspect, json, os, random, 
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
-import tenacity
 from .core import Usage, Registry, progress_bar
 from .cache import ResponseCache, cached_call
 from .redact import redact, register_secret_env
@@ -185,8 +184,8 @@ def project_cache_path() -> Path:
     from memlab.core import project_root
     return project_root() / '.memlab-cache' / 'responses.sqlite'
 
-class _RetryBudget(tenacity.stop.stop_base):
-    "tenacity stop condition: the next wait would end past `budget_s` after the first attempt, or the server asks to wait past it."
+class _RetryBudget:
+    "tenacity stop condition (combined with `stop_after_attempt` by `|`, so it needs no base class): the next wait would end past `budget_s` after the first attempt, or the server asks to wait past it."
     def __init__(self, budget_s: float): self.budget_s, self.t0, self.attempts, self.told, self.spent = budget_s, None, 0, None, False
     def attempt(self):
         "Called as each attempt starts (after any wait for a concurrency slot, which the budget does not count)."
@@ -281,6 +280,7 @@ class ChatBackend:
 
     def _retry_policy(self) -> tuple[dict, _RetryBudget]:
         "tenacity's arguments, shared by the sync and the async call, and the call's budget (also its attempt counter)."
+        import tenacity                                  # imported when a call is made: memlab.runner loads this module
         self._check_down()
         budget = _RetryBudget(self.retry_budget_s)
         def count_retry(rs): self.n_retries += 1
@@ -310,6 +310,7 @@ class ChatBackend:
                 self._check_down(); budget.attempt()    # the cap may have been reached while this call waited
                 self.n_http_calls += 1
                 return self._send(req)
+        import tenacity
         try: r = tenacity.Retrying(**policy)(once)
         except BackendDown: raise
         except Exception as e: raise self._failure(e, budget) from e
@@ -333,6 +334,7 @@ class ChatBackend:
                 async def again():
                     if first: raise first.pop()
                     return await once()
+                import tenacity
                 r = await tenacity.AsyncRetrying(**policy)(again)
         except BackendDown: raise
         except Exception as e: raise self._failure(e, budget) from e
