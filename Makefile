@@ -45,7 +45,7 @@ nbdev-test: install
 # at their defaults (SECTION_RUNS) instead of executing them a second time.
 SECTION_RUNS ?=
 pytest: install
-	MEMLAB_SECTION_RUNS=$(SECTION_RUNS) $(BIN)/pytest -q -n 2 --dist loadfile tests/
+	MEMLAB_SECTION_RUNS=$(SECTION_RUNS) $(BIN)/pytest -q -n 2 --dist loadfile --durations=15 tests/
 
 # Section notebooks run at their small `parameters` defaults; outputs go to build/, not the committed tree.
 nbval: install

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 import pandas as pd
 from .core import Instance, OFFLINE_LABEL
-from .judge import RETRIEVAL_KS, retrieved_sessions, retrieval_scores
+from .judge import RETRIEVAL_KS, retrieved_sessions, retrieval_scores, retrieval_table
 from .runner import EVIDENCE, ResultsStore, RunConfig, StoreError, load_dataset, make_history, dataset_hash
 
 # %% auto #0
-__all__ = ['SKIPS', 'CEILING', 'setting_of', 'condition_rest', 'is_gold', 'SourceSessions', 'rollout_retrieval',
-           'retrieval_summary', 'memory_table', 'store_instances', 'retrieval_report', 'gold_ceiling',
-           'reader_ceiling_line']
+__all__ = ['SKIPS', 'RETRIEVAL_MEANS', 'CEILING', 'setting_of', 'condition_rest', 'is_gold', 'SourceSessions',
+           'rollout_retrieval', 'retrieval_summary', 'memory_table', 'retrieval_means', 'store_instances',
+           'retrieval_report', 'gold_ceiling', 'reader_ceiling_line']
 
 # %% ../nbs/05a_retrieval.ipynb #7871f5e7
 def setting_of(condition: dict|str|None # a rollout's condition (or its JSON)
@@ -103,6 +103,19 @@ def memory_table(summary: pd.DataFrame # `retrieval_summary` rows
             row[col] = (h[col] * h['n']).sum() / h['n'].sum() if len(h) else float('nan'); row[f'n_{col}'] = int(h['n'].sum())
         out.append(row)
     return pd.DataFrame(out, columns=['memory', 'reach', 'n_reach', 'preservation', 'n_preservation'])
+
+# %% ../nbs/05a_retrieval.ipynb #6aa5ef2b
+RETRIEVAL_MEANS = ('recall_any@5', 'recall_all@5', 'ndcg_any@5', 'recall_all@10', 'ndcg_any@10', 'evidence_recall')   # the columns sections report
+
+def retrieval_means(rollouts: pd.DataFrame, # `ResultsStore.rollouts()` rows (with trajectory)
+                    instances: list[Instance], # the run's instances: the gold evidence comes from their queries, never from a rollout
+                    by: str|Sequence[str]='memory', # the group column(s)
+                    columns: Sequence[str]=RETRIEVAL_MEANS # the scores averaged
+                   ) -> pd.DataFrame:
+    "Mean retrieval scores per `by` group of the answered rollouts (abstention questions skipped), with `n` scored rollouts."
+    rt = retrieval_table(rollouts, {q.id: q for i in instances for q in i.queries})
+    g = rt.groupby(by)
+    return g[list(columns)].mean().reset_index().assign(n=g.size().to_numpy())
 
 # %% ../nbs/05a_retrieval.ipynb #1be1c808
 def store_instances(store: ResultsStore|str|Path # a run folder

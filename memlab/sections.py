@@ -7,12 +7,14 @@ from __future__ import annotations
 import ast, os
 from pathlib import Path
 from typing import Optional, Sequence
+import pandas as pd
 from pydantic import ConfigDict, Field, model_validator
 from .core import Record, PosInt, NonNegInt, project_root
 from .config import RunConfig
 
 # %% auto #0
-__all__ = ['hash_named', 'injected_params', 'check_access_params', 'checked_params', 'SectionParams', 'output_dirs']
+__all__ = ['hash_named', 'injected_params', 'check_access_params', 'checked_params', 'SectionParams', 'output_dirs',
+           'policy_specs', 'judge_spec_for', 'judged_rows', 'TableSaver']
 
 # %% ../nbs/07c_sections.ipynb #25078cef
 def hash_named(cfg: RunConfig, # a config whose `name` is the stem, e.g. 'walkthrough'
@@ -85,3 +87,54 @@ def output_dirs(section: str, # section name, e.g. 'walkthrough'
     res, fig = root / 'results' / section, root / 'figures' / section
     res.mkdir(parents=True, exist_ok=True); fig.mkdir(parents=True, exist_ok=True)
     return res, fig
+
+# %% ../nbs/07c_sections.ipynb #5ff7a874
+def policy_specs(backend: str, # 'offline' (the offline reader) or a model backend, e.g. 'openai', 'anthropic'
+                 tiers: Sequence[str], # offline reader tiers (used when backend is 'offline')
+                 models: Sequence[str], # model ids (used with a model backend)
+                 max_tokens: int=512, # output-token limit per model call
+                 base_url: Optional[str]=None, # an OpenAI-compatible server's URL; None: the provider's API
+                 concurrency: int=8, # model calls in flight per backend
+                 timeout: float=60.0 # seconds per model request
+                ) -> list[dict]:
+    "A section's policy specs: the offline reader at each tier, or one LLM policy per model on `backend`."
+    if backend == 'offline': return [{'name': 'offline-reader', 'tier': t} for t in tiers]
+    return [{'name': 'llm', 'max_tokens': max_tokens,
+             'backend': {'name': backend, 'model': m, 'base_url': base_url, 'concurrency': concurrency, 'timeout': timeout}} for m in models]
+
+def judge_spec_for(judge_model: Optional[str], # None: the offline normalized match; else seed 000's A.3 judge with this model
+                   backend: str='offline', # the section's backend (an offline run's LLM judge goes to 'openai')
+                   base_url: Optional[str]=None, # an OpenAI-compatible server's URL
+                   concurrency: int=8, # judge calls in flight
+                   timeout: float=60.0 # seconds per judge request
+                  ) -> dict:
+    "A section's judge spec: `offline-match`, or `llm-a3` with `judge_model` on the section's backend."
+    if judge_model is None: return {'name': 'offline-match'}
+    return {'name': 'llm-a3', 'backend': {'name': backend if backend != 'offline' else 'openai', 'model': judge_model, 'base_url': base_url,
+                                          'concurrency': concurrency, 'timeout': timeout}}
+
+# %% ../nbs/07c_sections.ipynb #a317d041
+def judged_rows(frame: pd.DataFrame, # `results_frame` rows (`correct` missing where there is no verdict; `error`)
+                store_root: str|Path='STORE' # the run folder, named in the error when no rollout has a verdict
+               ) -> tuple[pd.DataFrame, Optional[str]]:
+    "(the rollouts with a verdict, with a 0/1 `correct_bin`; a line counting those left out, or None); a RuntimeError when none has one."
+    judged = frame['correct'].notna()
+    note = None if judged.all() else (f'{(~judged).sum()} of {len(frame)} rollouts have no verdict ({frame["error"].notna().sum()} errors, '
+                                      f'{(~judged & frame["error"].isna()).sum()} unparsed judge replies): left out of the tables below')
+    if not judged.any(): raise RuntimeError(f'{note}; no rollout has a verdict: read them with `memlab show {store_root} --failed`')
+    return frame[judged].assign(correct_bin=lambda d: d['correct'].round().astype(int)), note
+
+# %% ../nbs/07c_sections.ipynb #8720ddeb
+class TableSaver:
+    "Writes a section's tables to `<results_dir>/<name>.csv`, labelled, and lists their names in `saved`."
+    def __init__(self, results_dir: str|Path, # the section's results folder (`output_dirs`)
+                 labels: Sequence[str] # the run's policy labels, written in each table's `label` column
+                ): self.dir, self.labels, self.saved = Path(results_dir), list(labels), []
+    def __call__(self, table: pd.DataFrame, # the table
+                 name: str, # the file stem
+                 labels: Optional[Sequence[str]]=None, # labels of another producer (e.g. a reader ceiling's); default: the run's
+                 skip_empty: bool=False # True: an empty table writes no file
+                ):
+        if skip_empty and not len(table): return
+        from memlab.plots import save_table     # matplotlib is imported when a table is written, not with the runner
+        save_table(table, self.dir / f'{name}.csv', self.labels if labels is None else labels); self.saved.append(name)
