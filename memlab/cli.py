@@ -128,6 +128,9 @@ def _cmd_score_hypotheses(a):
     from memlab.core import RecordError
     if a.kind not in OFFICIAL_JUDGE: raise RecordError(f'score-hypotheses: kind {a.kind!r} is not one of {sorted(OFFICIAL_JUDGE)}')
     if a.out and Path(a.out).exists(): raise RecordError(f'--out {a.out}: exists; name a new file')
+    if a.prediction_key and a.kind != 'locomo': raise RecordError('score-hypotheses: --prediction-key reads a LoCoMo output file: kind locomo')
+    if a.out and a.kind == 'locomo' and not a.prediction_key:
+        raise RecordError("score-hypotheses: --out writes LoCoMo's output file: read the predictions from one (--prediction-key)")
     a.judge = a.judge or OFFICIAL_JUDGE[a.kind]
     spec = _judge_spec(a, types.SimpleNamespace(judge={'name': a.judge}))
     queries = {q.id: q for i in load_dataset({'kind': a.kind, 'path': str(a.data)}) for q in i.queries}
@@ -137,14 +140,18 @@ def _cmd_score_hypotheses(a):
     print(f'{len(rows)} answers of {len(queries)} questions judged by {judge.label}')
     if a.kind == 'longmemeval':
         print(longmemeval_metrics(rows).round(4).to_string(index=False))
-        print("accuracy: print_qa_metrics.py's (a reply without yes or no is wrong); accuracy_parsed leaves such replies out")
+        print("accuracy: print_qa_metrics.py's (a reply without yes or no is wrong; a type with no question is nan, and so is the "
+              "task average: see note); accuracy_parsed_only: memlab's, such replies and absent types left out")
     elif rows['score'].notna().all(): print(locomo_metrics(rows).round(4).to_string(index=False))
     else: print(rows.groupby('category')['correct'].agg(['mean', 'size']).round(4).to_string())
-    if a.out:
-        with open(a.out, 'x') as fh:
-            for r in rows.to_dict('records'):
-                fh.write(json.dumps({'question_id': r['query_id'], 'autoeval_label': r['autoeval_label'], 'score': r['score'],
-                                     'n_unparsed': r['n_unparsed']}, default=str) + '\n')
+    if a.out:                                    # what the official script writes; memlab's fields after, under 'memlab'
+        from memlab.scoring import official_eval_records, locomo_output_samples
+        from memlab.core import read_json_records
+        recs = read_json_records(a.hypotheses)
+        if a.kind == 'locomo':
+            text = json.dumps(locomo_output_samples(recs, rows, a.prediction_key, judge), indent=2, allow_nan=False)
+        else: text = ''.join(json.dumps(r, allow_nan=False) + '\n' for r in official_eval_records(recs, rows, judge))
+        with open(a.out, 'x') as fh: fh.write(text)
         print(f'wrote {a.out}')
 
 def _cmd_check(a):
@@ -332,7 +339,8 @@ def parser() -> argparse.ArgumentParser:
     sh.add_argument('--judge', help='a registered judge (default: the official one, longmemeval or locomo)')
     _judge_backend_args(sh)
     sh.add_argument('--runs', type=_positive_int, help='judge runs per answer (default 1)')
-    sh.add_argument('--out', help='write one JSON line per answer (question_id, autoeval_label, score) to this new file')
+    sh.add_argument('--out', help="write what the official script writes to this new file: LongMemEval's eval-results lines "
+                    "(each record, then autoeval_label), LoCoMo's output file (<model>_f1 per QA item); memlab's fields after, under 'memlab'")
     h = 'accuracy with task-level bootstrap CIs (first, a line when an offline reader\'s gold-evidence ceiling is below 0.90), or memory metrics that need no model (--retrieval)'
     r = sub.add_parser('report', help=h, description=h, formatter_class=fmt,
                        epilog=ex('memlab report STORE --by policy,memory --csv acc.csv', 'memlab report STORE --judge llm-a3 --judge-model gpt-4o-mini',

@@ -15,6 +15,7 @@ from .metrics import (METRICS, LOCOMO_CATEGORIES, LOCOMO_ABSTAIN, normalize_mab,
 from .matching import (ABSTENTION_PHRASES, PREMISE_REJECTIONS, UNDECIDED, is_abstention, rejects_premise, is_undecided,
     canonical_text, answer_clauses, affirmed_clauses, matched_gold, off_by_one_golds)
 from memlab.judge_prompts import (A3_SYSTEM_PROMPT, A3_USER_TEMPLATE, MEMOS_SYSTEM_PROMPT, MEMOS_LOCOMO_TEMPLATE,
+    MEMOS_LOCOMO_SYSTEM_PROMPT, MEMOS_LME_SYSTEM_PROMPT, MEMOS_GRADERS, memos_messages, memos_verdict,
     MEMOS_LME_TEMPLATE, LME_DEFAULT_TEMPLATE, LME_TEMPORAL_TEMPLATE, LME_KNOWLEDGE_UPDATE_TEMPLATE, LME_PREFERENCE_TEMPLATE,
     LME_ABSTENTION_TEMPLATE, LME_TEMPLATES, fill_template, parse_label_json, parse_memos_locomo, parse_memos_lme, lme_template,
     parse_yes_no)
@@ -25,23 +26,26 @@ _all_ = ['METRICS', 'LOCOMO_CATEGORIES', 'LOCOMO_ABSTAIN', 'normalize_mab', 'nor
          'rouge_l_f1', 'recall_all', 'all_recalled', 'ABSTENTION_PHRASES', 'PREMISE_REJECTIONS', 'UNDECIDED', 'is_abstention',
          'rejects_premise', 'is_undecided', 'canonical_text', 'answer_clauses', 'affirmed_clauses', 'matched_gold', 'off_by_one_golds',
          'A3_SYSTEM_PROMPT', 'A3_USER_TEMPLATE', 'MEMOS_SYSTEM_PROMPT', 'MEMOS_LOCOMO_TEMPLATE', 'MEMOS_LME_TEMPLATE',
+         'MEMOS_LOCOMO_SYSTEM_PROMPT', 'MEMOS_LME_SYSTEM_PROMPT', 'MEMOS_GRADERS', 'memos_messages', 'memos_verdict',
          'LME_DEFAULT_TEMPLATE', 'LME_TEMPORAL_TEMPLATE', 'LME_KNOWLEDGE_UPDATE_TEMPLATE', 'LME_PREFERENCE_TEMPLATE',
          'LME_ABSTENTION_TEMPLATE', 'LME_TEMPLATES', 'fill_template', 'parse_label_json', 'parse_memos_locomo', 'parse_memos_lme',
          'lme_template', 'parse_yes_no']
 
 # %% auto #0
-__all__ = ['OFFLINE_JUDGE_LABEL', 'JUDGES', 'JUDGE_RUN', 'LOCOMO_ORDER', 'RETRIEVAL_KS', 'register_judge', 'make_judge',
-           'gold_text', 'Judge', 'OfflineJudge', 'LoCoMoJudge', 'locomo_metrics', 'LLMJudge', 'MemOSLoCoMoJudge',
-           'MemOSLMEJudge', 'LongMemEvalJudge', 'longmemeval_metrics', 'judge_many', 'scores_frame', 'aggregate_runs',
-           'judge_summary', 'retrieved_sessions', 'retrieval_scores', 'retrieval_table', 'METRICS', 'LOCOMO_CATEGORIES',
-           'LOCOMO_ABSTAIN', 'normalize_mab', 'normalize_locomo', 'register_metric', 'get_metric', 'flatten_golds',
-           'exact_match', 'substring_exact_match', 'token_f1', 'locomo_f1', 'locomo_multihop_f1', 'locomo_score',
-           'rouge_l_f1', 'recall_all', 'all_recalled', 'ABSTENTION_PHRASES', 'PREMISE_REJECTIONS', 'UNDECIDED',
-           'is_abstention', 'rejects_premise', 'is_undecided', 'canonical_text', 'answer_clauses', 'affirmed_clauses',
-           'matched_gold', 'off_by_one_golds', 'A3_SYSTEM_PROMPT', 'A3_USER_TEMPLATE', 'MEMOS_SYSTEM_PROMPT',
-           'MEMOS_LOCOMO_TEMPLATE', 'MEMOS_LME_TEMPLATE', 'LME_DEFAULT_TEMPLATE', 'LME_TEMPORAL_TEMPLATE',
-           'LME_KNOWLEDGE_UPDATE_TEMPLATE', 'LME_PREFERENCE_TEMPLATE', 'LME_ABSTENTION_TEMPLATE', 'LME_TEMPLATES',
-           'fill_template', 'parse_label_json', 'parse_memos_locomo', 'parse_memos_lme', 'lme_template', 'parse_yes_no']
+__all__ = ['OFFLINE_JUDGE_LABEL', 'JUDGES', 'JUDGE_RUN', 'LOCOMO_ORDER', 'LME_PRINT_ORDER', 'RETRIEVAL_KS', 'register_judge',
+           'make_judge', 'gold_text', 'Judge', 'OfflineJudge', 'LoCoMoJudge', 'locomo_metrics', 'LLMJudge',
+           'MemOSLoCoMoJudge', 'MemOSLMEJudge', 'LongMemEvalJudge', 'longmemeval_metrics', 'judge_many', 'scores_frame',
+           'official_unparsed', 'aggregate_runs', 'judge_summary', 'retrieved_sessions', 'retrieval_scores',
+           'retrieval_table', 'METRICS', 'LOCOMO_CATEGORIES', 'LOCOMO_ABSTAIN', 'normalize_mab', 'normalize_locomo',
+           'register_metric', 'get_metric', 'flatten_golds', 'exact_match', 'substring_exact_match', 'token_f1',
+           'locomo_f1', 'locomo_multihop_f1', 'locomo_score', 'rouge_l_f1', 'recall_all', 'all_recalled',
+           'ABSTENTION_PHRASES', 'PREMISE_REJECTIONS', 'UNDECIDED', 'is_abstention', 'rejects_premise', 'is_undecided',
+           'canonical_text', 'answer_clauses', 'affirmed_clauses', 'matched_gold', 'off_by_one_golds',
+           'A3_SYSTEM_PROMPT', 'A3_USER_TEMPLATE', 'MEMOS_SYSTEM_PROMPT', 'MEMOS_LOCOMO_TEMPLATE', 'MEMOS_LME_TEMPLATE',
+           'MEMOS_LOCOMO_SYSTEM_PROMPT', 'MEMOS_LME_SYSTEM_PROMPT', 'MEMOS_GRADERS', 'memos_messages', 'memos_verdict',
+           'LME_DEFAULT_TEMPLATE', 'LME_TEMPORAL_TEMPLATE', 'LME_KNOWLEDGE_UPDATE_TEMPLATE', 'LME_PREFERENCE_TEMPLATE',
+           'LME_ABSTENTION_TEMPLATE', 'LME_TEMPLATES', 'fill_template', 'parse_label_json', 'parse_memos_locomo',
+           'parse_memos_lme', 'lme_template', 'parse_yes_no']
 
 # %% ../nbs/05_judge.ipynb #7ab5fbfc
 OFFLINE_JUDGE_LABEL = 'offline normalized-match judge'  # how offline verdicts are labelled in reports
@@ -74,6 +78,7 @@ class Judge:
     name: str = 'judge'
     model: str = 'offline'
     params: dict = {}
+    official_unparsed: Optional[str] = None   # how the benchmark's own script counts a reply memlab leaves `unparsed`: 'WRONG', or None (no official count)
 
     def prompt_texts(self) -> Any: raise NotImplementedError
     @property
@@ -211,30 +216,32 @@ class LLMJudge(Judge):
 # %% ../nbs/05_judge.ipynb #a3898251
 class _MemOSJudge(LLMJudge):
     "A MemOS grader, built as the A.3 judge (MemOS's EVAL_MODEL gpt-4o-mini, temperature 0; max_tokens 256 where MemOS sends none)."
-    template, slot, parse = '', 'gold_answer', None
-    def prompt_texts(self): return dict(system=MEMOS_SYSTEM_PROMPT, user=self.template)
+    grader = ''                                    # key of MEMOS_GRADERS
+    def prompt_texts(self): return dict(system=MEMOS_GRADERS[self.grader]['system'], user=MEMOS_GRADERS[self.grader]['template'])
     def messages(self, query: Query, answer: str) -> list[dict]:
         "System and user message as the MemOS script sends them."
-        user = self.template.replace('{question}', query.question).replace('{' + self.slot + '}', gold_text(query)).replace('{response}', answer)
-        return [dict(role='system', content=MEMOS_SYSTEM_PROMPT), dict(role='user', content=user)]
+        return memos_messages(self.grader, query.question, gold_text(query), answer)
     def _verdict(self, query, answer):
         reply = self.ask(self.messages(query, answer))
-        return type(self).parse(reply), None, reply if isinstance(reply, str) else repr(reply)
+        label, official = memos_verdict(self.grader, reply)
+        raw = reply if isinstance(reply, str) else repr(reply)
+        return label, None, raw if official is None else f'{raw}\n[official: {official}]'
 
 @register_judge('memos-locomo')
 class MemOSLoCoMoJudge(_MemOSJudge):
     "MemOS's LoCoMo grader (locomo_eval.py); MemOS runs it 3 times (`judge_runs: 3`) and leaves category 5 out."
-    template, slot, parse = MEMOS_LOCOMO_TEMPLATE, 'gold_answer', staticmethod(parse_memos_locomo)
+    grader = 'locomo'
 
 @register_judge('memos-lme')
 class MemOSLMEJudge(_MemOSJudge):
     "MemOS's LongMemEval grader (lme_eval.py): the LoCoMo grader's text with its own example, whole-reply JSON parse."
-    template, slot, parse = MEMOS_LME_TEMPLATE, 'golden_answer', staticmethod(parse_memos_lme)
+    grader = 'lme'
 
 # %% ../nbs/05_judge.ipynb #ef0a4f17
 @register_judge('longmemeval')
 class LongMemEvalJudge(Judge):
     "Official LongMemEval judge: per-type yes/no prompt as one user message, temperature 0, max_tokens 10."
+    official_unparsed = 'WRONG'   # evaluate_qa.py: label = 'yes' in eval_response.lower()
     def __init__(self, complete: Callable[[list[dict]], str], # OpenAI chat messages -> reply text
                  model: str='gpt-4o-2024-08-06', # judge model id (the official aggregation asserts this one)
                  temperature: float=0.0, # decoding settings sent to the backend (evaluate_qa.py: 0 and 10)
@@ -258,25 +265,31 @@ class LongMemEvalJudge(Judge):
         return parse_yes_no(reply), None, reply if isinstance(reply, str) else repr(reply)
 
 # %% ../nbs/05_judge.ipynb #2cdb0411
-def longmemeval_metrics(df: pd.DataFrame, # one row per rollout: query_id, qtype, correct, n_judged, n_unparsed (`results_frame`)
-                        types: Optional[Sequence[str]]=None # question types in report order (default: those present, sorted)
+LME_PRINT_ORDER = ('single-session-user', 'single-session-preference', 'single-session-assistant', 'multi-session',
+             'temporal-reasoning', 'knowledge-update')   # print_qa_metrics.py's six question types, in its order
+
+def longmemeval_metrics(df: pd.DataFrame, # one row per rollout: query_id, qtype, correct(_parsed_only), n_judged, n_unparsed (`results_frame`)
+                        types: Optional[Sequence[str]]=None # question types in report order (default: LME_PRINT_ORDER, the official six)
                        ) -> pd.DataFrame:
-    "LongMemEval's print_qa_metrics.py: per-type, task-averaged, overall and abstention accuracy (official: unparsed = wrong)."
+    "LongMemEval's print_qa_metrics.py: per-type, task-averaged, overall and abstention accuracy (unparsed = wrong; an absent type is nan, so is the task average)."
+    types = list(types or LME_PRINT_ORDER)
     d = df[df['n_judged'] + df['n_unparsed'] > 0].copy()                 # rollouts with a judge reply (errors are not scored)
-    seen = d['n_judged'] + d['n_unparsed']
-    d['official'] = d['correct'].fillna(0) * d['n_judged'] / seen           # share of runs whose reply said yes
+    other = sorted(set(d['qtype'].astype(str)) - set(types))
+    if other: raise ValueError(f'question types {other} are not among {types} (print_qa_metrics.py stops on them): name the types with types=')
+    d['parsed'] = d['correct_parsed_only'] if 'correct_parsed_only' in d else d['correct']   # memlab's: over parsed replies
+    d['official'] = d['parsed'].fillna(0) * d['n_judged'] / (d['n_judged'] + d['n_unparsed'])  # share of runs whose reply said yes
     rows = []
-    def row(name, g): rows.append(dict(metric=name, accuracy=g['official'].mean(), accuracy_parsed=g['correct'].mean(),
-                                       n=len(g), n_unparsed=int(g['n_unparsed'].sum())))
-    for t in (types or sorted(d['qtype'].unique())):
-        g = d[d['qtype'] == t]
-        if len(g): row(t, g)
+    def row(name, g, note=''): rows.append(dict(metric=name, accuracy=g['official'].mean(), accuracy_parsed_only=g['parsed'].mean(),
+                                                n=len(g), n_unparsed=int(g['n_unparsed'].sum()), note=note))
+    absent = [t for t in types if not (d['qtype'] == t).any()]
+    for t in types: row(t, d[d['qtype'] == t], 'nan: no question of this type' if t in absent else '')
     per_type = pd.DataFrame(rows)
-    rows.append(dict(metric='task-averaged', accuracy=per_type['accuracy'].mean(), accuracy_parsed=per_type['accuracy_parsed'].mean(),
-                     n=len(d), n_unparsed=int(d['n_unparsed'].sum())))
-    row('overall', d)
+    rows.append(dict(metric='task-averaged', accuracy=per_type['accuracy'].mean(skipna=False),   # np.mean over the types: nan if one is
+                     accuracy_parsed_only=per_type['accuracy_parsed_only'].mean(), n=len(d), n_unparsed=int(d['n_unparsed'].sum()),
+                     note=f'nan: no question of type {", ".join(absent)}' if absent else ''))
+    row('overall', d, '' if len(d) else 'nan: no judged question')
     ab = d[d['query_id'].astype(str).str.contains('_abs', regex=False)]
-    if len(ab): row('abstention', ab)
+    row('abstention', ab, '' if len(ab) else "nan: no question id with '_abs'")
     return pd.DataFrame(rows)
 
 # %% ../nbs/05_judge.ipynb #3f4ef4e5
@@ -312,32 +325,45 @@ def scores_frame(scores: Iterable[Score]) -> pd.DataFrame:
     return pd.DataFrame([s.to_row() for s in scores], columns=cols)
 
 # %% ../nbs/05_judge.ipynb #60b65cf0
-def aggregate_runs(scores_df: pd.DataFrame # `scores_frame` rows: judge, rollout_id, run, label, correct, score
-                  ) -> pd.DataFrame:
-    "Per (judge, rollout): mean correctness over judged runs, plus n_runs, n_judged, n_unparsed, n_error."
+def official_unparsed(judge: str # a judge name, as its scores record it
+                     ) -> Optional[str]:
+    "How the judge's benchmark script counts a reply memlab leaves unparsed ('WRONG'), or None: no official count (left out)."
+    return getattr(JUDGES.get(judge) if isinstance(judge, str) else None, 'official_unparsed', None)
+
+def _verdicts(scores_df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    "The scores with `c` (memlab's: a verdict or NaN) and `o` (the official count: unparsed = 0 where the benchmark says WRONG)."
     d = scores_df.copy()
     d['judged'] = d['correct'].notna()         # a verdict: CORRECT/WRONG, or a judge's own labels that carry a correctness
     d['c'] = d['correct'].astype(float).where(d['judged'])
+    wrong = {j: official_unparsed(j) == 'WRONG' for j in d['judge'].unique()}
+    d['o'] = d['c'].mask(d['judge'].map(wrong).astype(bool) & (d['label'] == 'unparsed'), 0.0)
+    return d, wrong
+
+def aggregate_runs(scores_df: pd.DataFrame # `scores_frame` rows: judge, rollout_id, run, label, correct, score
+                  ) -> pd.DataFrame:
+    "Per (judge, rollout): mean correctness over runs as the benchmark counts it, n_runs, n_judged, n_unparsed, n_error, memlab's parsed-only mean."
+    d, _ = _verdicts(scores_df)
     g = d.groupby(['judge', 'judge_model', 'prompt_hash', 'rollout_id'], sort=True)
-    out = pd.DataFrame({'correct': g['c'].mean(), 'n_runs': g['run'].nunique(), 'n_judged': g['judged'].sum(),
+    out = pd.DataFrame({'correct': g['o'].mean(), 'n_runs': g['run'].nunique(), 'n_judged': g['judged'].sum(),
                         'n_unparsed': g['label'].agg(lambda s: int((s == 'unparsed').sum())),
                         'n_error': g['label'].agg(lambda s: int((s == 'error').sum())),
-                        'score': g['score'].agg(lambda s: pd.to_numeric(s, errors='coerce').mean())})
+                        'score': g['score'].agg(lambda s: pd.to_numeric(s, errors='coerce').mean()),
+                        'correct_parsed_only': g['c'].mean()})
     return out.astype({'n_judged': int}).reset_index()
 
 def judge_summary(scores_df: pd.DataFrame # `scores_frame` rows
                  ) -> pd.DataFrame:
-    "Per judge: accuracy (#correct/#judged per run, mean and std over runs) and unparsed/error counts."
-    d = scores_df.copy()
-    d['judged'] = d['correct'].notna()         # a verdict: CORRECT/WRONG, or a judge's own labels that carry a correctness
-    d['c'] = d['correct'].astype(float).where(d['judged'])
-    per_run = d.groupby(['judge', 'judge_model', 'run'])['c'].mean()
+    "Per judge: accuracy per run as the judge's benchmark counts it (mean, std over runs), memlab's parsed-only accuracy, unparsed/error counts."
+    d, wrong = _verdicts(scores_df)
+    per_run = d.groupby(['judge', 'judge_model', 'run'])[['o', 'c']].mean()
     g = per_run.groupby(level=['judge', 'judge_model'])
     cnt = d.groupby(['judge', 'judge_model'])
-    out = pd.DataFrame({'accuracy': g.mean(), 'accuracy_std': g.std(ddof=0), 'n_runs': g.size(),
+    out = pd.DataFrame({'accuracy': g['o'].mean(), 'accuracy_std': g['o'].std(ddof=0), 'n_runs': g.size(),
                         'n_rollouts': cnt['rollout_id'].nunique(), 'n_scores': cnt.size(),
                         'n_unparsed': cnt['label'].agg(lambda s: int((s == 'unparsed').sum())),
-                        'n_error': cnt['label'].agg(lambda s: int((s == 'error').sum()))})
+                        'n_error': cnt['label'].agg(lambda s: int((s == 'error').sum())),
+                        'accuracy_parsed_only': g['c'].mean(), 'accuracy_parsed_only_std': g['c'].std(ddof=0)})
+    out['unparsed_counted'] = ['as WRONG (the official script)' if wrong[j] else 'left out' for j, _ in out.index]
     return out.reset_index()
 
 # %% ../nbs/05_judge.ipynb #fc795f63

@@ -9,10 +9,11 @@ from typing import Optional
 from .core import Query
 
 # %% auto #0
-__all__ = ['A3_SYSTEM_PROMPT', 'A3_USER_TEMPLATE', 'MEMOS_SYSTEM_PROMPT', 'MEMOS_LOCOMO_TEMPLATE', 'MEMOS_LME_TEMPLATE',
-           'LME_DEFAULT_TEMPLATE', 'LME_TEMPORAL_TEMPLATE', 'LME_KNOWLEDGE_UPDATE_TEMPLATE', 'LME_PREFERENCE_TEMPLATE',
-           'LME_ABSTENTION_TEMPLATE', 'LME_TEMPLATES', 'fill_template', 'parse_label_json', 'parse_memos_locomo',
-           'parse_memos_lme', 'lme_template', 'parse_yes_no']
+__all__ = ['A3_SYSTEM_PROMPT', 'A3_USER_TEMPLATE', 'MEMOS_SYSTEM_PROMPT', 'MEMOS_LOCOMO_SYSTEM_PROMPT', 'MEMOS_LME_SYSTEM_PROMPT',
+           'MEMOS_LOCOMO_TEMPLATE', 'MEMOS_LME_TEMPLATE', 'MEMOS_GRADERS', 'LME_DEFAULT_TEMPLATE',
+           'LME_TEMPORAL_TEMPLATE', 'LME_KNOWLEDGE_UPDATE_TEMPLATE', 'LME_PREFERENCE_TEMPLATE',
+           'LME_ABSTENTION_TEMPLATE', 'LME_TEMPLATES', 'fill_template', 'parse_label_json', 'memos_messages',
+           'memos_verdict', 'parse_memos_locomo', 'parse_memos_lme', 'lme_template', 'parse_yes_no']
 
 # %% ../nbs/05d_judge_prompts.ipynb #6d5cbf13
 A3_SYSTEM_PROMPT = """You are a careful grader. Decide whether a generated answer matches
@@ -71,25 +72,85 @@ def parse_label_json(reply: Optional[str]) -> str:
     if len(norm | {l.strip().upper() for l in _ANY_LABEL_RE.findall(reply)}) > 1: return 'unparsed'
     return norm.pop() if len(norm) == 1 and norm <= {'CORRECT', 'WRONG'} else 'unparsed'
 
-# %% ../nbs/05d_judge_prompts.ipynb #a8a1a09a
+# %% ../nbs/05d_judge_prompts.ipynb #87d7ea39
 MEMOS_SYSTEM_PROMPT = "You are an expert grader that determines if answers to questions match a gold standard answer"
-MEMOS_LOCOMO_TEMPLATE = 'Your task is to label an answer to a question as ’CORRECT’ or ’WRONG’. You will be given the following data:\n    (1) a question (posed by one user to another user),\n    (2) a ’gold’ (ground truth) answer,\n    (3) a generated answer\nwhich you will score as CORRECT/WRONG.\n\nThe point of the question is to ask about something one user should know about the other user based on their prior conversations.\nThe gold answer will usually be a concise and short answer that includes the referenced topic, for example:\nQuestion: Do you remember what I got the last time I went to Hawaii?\nGold answer: A shell necklace\nThe generated answer might be much longer, but you should be generous with your grading - as long as it touches on the same topic as the gold answer, it should be counted as CORRECT.\n\nFor time related questions, the gold answer will be a specific date, month, year, etc. The generated answer might be much longer or use relative time references (like "last Tuesday" or "next month"), but you should be generous with your grading - as long as it refers to the same date or time period as the gold answer, it should be counted as CORRECT. Even if the format differs (e.g., "May 7th" vs "7 May"), consider it CORRECT if it\'s the same date.\n\nNow it’s time for the real question:\nQuestion: {question}\nGold answer: {gold_answer}\nGenerated answer: {response}\n\nFirst, provide a short (one sentence) explanation of your reasoning, then finish with CORRECT or WRONG.\nDo NOT include both CORRECT and WRONG in your response, or it will break the evaluation script.\n\nJust return the label CORRECT or WRONG in a json format with the key as "label".'   # scripts/locomo/locomo_eval.py::locomo_grader (datasets.md §5.1)
-MEMOS_LME_TEMPLATE = (MEMOS_LOCOMO_TEMPLATE                  # scripts/utils/prompts.py::LME_JUDGE_MODEL_TEMPLATE (§5.2): another example
-                      .replace('Question: Do you remember what I got the last time I went to Hawaii?\nGold answer: A shell necklace',
-                               'Question: Where did I buy my new tennis racket from?\nGold answer: the sports store downtown')
-                      .replace('{gold_answer}', '{golden_answer}'))
+MEMOS_LOCOMO_SYSTEM_PROMPT = '\n        ' + MEMOS_SYSTEM_PROMPT + '\n        '   # locomo_grader: a """...""" block indented in its function
+MEMOS_LME_SYSTEM_PROMPT = MEMOS_SYSTEM_PROMPT                                 # lme_grader: on one line
+# locomo_eval.py::locomo_grader's accuracy_prompt, indentation and ’ included (datasets.md §5.1)
+MEMOS_LOCOMO_TEMPLATE = """
+    Your task is to label an answer to a question as ’CORRECT’ or ’WRONG’. You will be given the following data:
+        (1) a question (posed by one user to another user),
+        (2) a ’gold’ (ground truth) answer,
+        (3) a generated answer
+    which you will score as CORRECT/WRONG.
+
+    The point of the question is to ask about something one user should know about the other user based on their prior conversations.
+    The gold answer will usually be a concise and short answer that includes the referenced topic, for example:
+    Question: Do you remember what I got the last time I went to Hawaii?
+    Gold answer: A shell necklace
+    The generated answer might be much longer, but you should be generous with your grading - as long as it touches on the same topic as the gold answer, it should be counted as CORRECT.
+
+    For time related questions, the gold answer will be a specific date, month, year, etc. The generated answer might be much longer or use relative time references (like "last Tuesday" or "next month"), but you should be generous with your grading - as long as it refers to the same date or time period as the gold answer, it should be counted as CORRECT. Even if the format differs (e.g., "May 7th" vs "7 May"), consider it CORRECT if it's the same date.
+
+    Now it’s time for the real question:
+    Question: {question}
+    Gold answer: {gold_answer}
+    Generated answer: {response}
+
+    First, provide a short (one sentence) explanation of your reasoning, then finish with CORRECT or WRONG.
+    Do NOT include both CORRECT and WRONG in your response, or it will break the evaluation script.
+
+    Just return the label CORRECT or WRONG in a json format with the key as "label".
+    """
+MEMOS_LME_TEMPLATE = (MEMOS_LOCOMO_TEMPLATE   # scripts/utils/prompts.py::LME_JUDGE_MODEL_TEMPLATE (§5.2): another example, {golden_answer}
+    .replace('Question: Do you remember what I got the last time I went to Hawaii?\n    Gold answer: A shell necklace',
+             'Question: Where did I buy my new tennis racket from?\n    Gold answer: the sports store downtown')
+    .replace('{gold_answer}', '{golden_answer}'))
+MEMOS_GRADERS = dict(   # grader -> what its script sends
+    locomo=dict(system=MEMOS_LOCOMO_SYSTEM_PROMPT, template=MEMOS_LOCOMO_TEMPLATE, slot='gold_answer', script='locomo_eval.py::locomo_grader'),
+    lme=dict(system=MEMOS_LME_SYSTEM_PROMPT, template=MEMOS_LME_TEMPLATE, slot='golden_answer', script='lme_eval.py::lme_grader'))
+
+def memos_messages(grader: str, # 'locomo' or 'lme'
+                   question: str, # the benchmark question
+                   gold: str, # the gold answer
+                   response: str # the generated answer being graded
+                  ) -> list[dict]:
+    "The system and user messages a MemOS grader sends: its template filled once, as its f-string / `str.format` does."
+    g = MEMOS_GRADERS[grader]
+    user = g['template'].format(**{'question': question, g['slot']: gold, 'response': response})
+    return [dict(role='system', content=g['system']), dict(role='user', content=user)]
+
+# %% ../nbs/05d_judge_prompts.ipynb #8b90cdba
+def _memos_official(grader: str, reply) -> tuple[Optional[bool], Optional[str]]:
+    "What a MemOS grader concludes: (True/False, None), or (None, the name of the exception it raises)."
+    if not isinstance(reply, str): return None, 'TypeError'            # re.search / json.loads of None
+    if grader == 'locomo':
+        m = _LABEL_RE.search(reply)
+        if m is None: return None, 'TypeError'                          # json.loads(None)
+        reply = m[0]
+    try: obj = json.loads(reply)
+    except ValueError as e: return None, type(e).__name__               # JSONDecodeError
+    if not isinstance(obj, dict): return None, 'TypeError'              # true["label"], ["CORRECT"]["label"]
+    if 'label' not in obj: return None, 'KeyError'
+    if not isinstance(obj['label'], str): return None, 'ValidationError'  # LLMGrade.llm_judgment: str (pydantic 2)
+    return obj['label'].strip().lower() == 'correct', None
+
+def memos_verdict(grader: str, # 'locomo' or 'lme'
+                  reply: Optional[str] # the judge's reply text
+                 ) -> tuple[str, Optional[str]]:
+    "A MemOS grader's verdict on a reply: (CORRECT/WRONG, None), or ('unparsed', what the official script does instead)."
+    ok, exc = _memos_official(grader, reply)
+    if exc is None: return ('CORRECT' if ok else 'WRONG'), None
+    if grader == 'locomo': return 'unparsed', f'locomo_grader raises {exc}; locomo_eval.py prints it and calls exit()'
+    return 'unparsed', f'lme_grader raises {exc}; lme_eval.py counts an error and leaves the question out'
 
 def parse_memos_locomo(reply: Optional[str]) -> str:
-    "locomo_grader's parse: the first {\"label\": ...} object; 'correct' (any case) is CORRECT, any other label WRONG."
-    m = _LABEL_RE.search(reply) if isinstance(reply, str) else None
-    if m is None: return 'unparsed'                              # the official script prints and exits
-    try: return 'CORRECT' if str(json.loads(m[0])['label']).strip().lower() == 'correct' else 'WRONG'
-    except (ValueError, KeyError, TypeError): return 'unparsed'
+    "locomo_grader's parse: the first {\"label\": ...} object; 'correct' (any case) is CORRECT, another string WRONG."
+    return memos_verdict('locomo', reply)[0]
 
 def parse_memos_lme(reply: Optional[str]) -> str:
-    "lme_grader's parse: json.loads of the whole reply, no search; 'correct' (any case) is CORRECT, any other label WRONG."
-    try: return 'CORRECT' if str(json.loads(reply)['label']).strip().lower() == 'correct' else 'WRONG'
-    except (ValueError, KeyError, TypeError): return 'unparsed'
+    "lme_grader's parse: json.loads of the whole reply, no search; a string label 'correct' (any case) is CORRECT, another WRONG."
+    return memos_verdict('lme', reply)[0]
 
 # %% ../nbs/05d_judge_prompts.ipynb #37cfca43
 _LME_HEAD = "I will give you a question, a correct answer, and a response from a model. Please answer yes if the response contains the correct answer. Otherwise, answer no."

@@ -15,7 +15,7 @@ from .store import ResultsStore, StoreError, ROLLOUT_KEY, _py
 
 # %% auto #0
 __all__ = ['PASS_KEY', 'build_judge', 'judge_passes', 'score', 'with_question_gold', 'results_frame', 'read_hypotheses',
-           'score_hypotheses']
+           'score_hypotheses', 'official_eval_records', 'locomo_output_samples']
 
 # %% ../nbs/07b_scoring.ipynb #51086cd3
 def build_judge(spec: dict):
@@ -157,13 +157,49 @@ def score_hypotheses(pairs: list[tuple[str, str]], # `read_hypotheses` output
                      judge, # a Judge (e.g. `build_judge({'name': 'longmemeval', 'backend': ...})`)
                      n_runs: int=1 # judge runs per answer
                     ) -> pd.DataFrame:
-    "One row per answer: query id, type, LoCoMo category, correct (mean over runs), score, n_judged, n_unparsed, autoeval_label."
+    "One row per answer: query id, type, LoCoMo category, correct (mean over runs), score, n_judged, n_unparsed, the official autoeval_label."
     from memlab.judge import judge_many, aggregate_runs
     scores = judge_many(judge, [(qid, queries[qid], hyp) for qid, hyp in pairs], n_runs=n_runs,
                         workers=getattr(judge, 'concurrency', 1))
     agg = aggregate_runs(pd.DataFrame([s.model_dump() for s in scores])).rename(columns={'rollout_id': 'query_id'})
     agg['qtype'] = agg['query_id'].map(lambda q: queries[q].qtype)
     agg['category'] = agg['query_id'].map(lambda q: queries[q].meta.get('category'))
-    agg['autoeval_label'] = [dict(model=judge.model, label=bool(c >= 0.5) if c == c else False) if nj + nu else None   # unparsed: no 'yes'
-                             for c, nj, nu in zip(agg['correct'], agg['n_judged'], agg['n_unparsed'])]
+    yes = agg['correct_parsed_only'].fillna(0) * agg['n_judged']      # runs whose reply said yes; unparsed replies did not
+    agg['autoeval_label'] = [dict(model=judge.model, label=bool(y / (nj + nu) >= 0.5)) if nj + nu else None    # evaluate_qa.py's label
+                             for y, nj, nu in zip(yes, agg['n_judged'], agg['n_unparsed'])]
     return agg
+
+def _memlab_fields(r: dict, judge) -> dict:
+    "memlab's own fields for one judged answer (written after the official ones): the judge, mean correctness over runs, counts."
+    num = lambda x: None if x is None or x != x else float(x)                # strict JSON: no NaN
+    return dict(judge=judge.name, judge_model=judge.model, correct=num(r.get('correct')), correct_parsed_only=num(r.get('correct_parsed_only')),
+                n_runs=int(r['n_runs']), n_judged=int(r['n_judged']), n_unparsed=int(r['n_unparsed']), n_error=int(r['n_error']))
+
+def official_eval_records(records: list[dict], # the hypothesis records as read (`read_json_records`), in file order
+                          rows: pd.DataFrame, # `score_hypotheses` output
+                          judge # the judge that scored them
+                         ) -> list[dict]:
+    "LongMemEval's eval-results lines (evaluate_qa.py): each record as given, in input order, then `autoeval_label`; memlab's fields after, under `memlab`."
+    by = {r['query_id']: r for r in rows.to_dict('records')}
+    return [{**rec, 'autoeval_label': by[str(rec['question_id'])]['autoeval_label'], 'memlab': _memlab_fields(by[str(rec['question_id'])], judge)}
+            for rec in records]
+
+def locomo_output_samples(records: list[dict], # the LoCoMo output file's samples as read
+                          rows: pd.DataFrame, # `score_hypotheses` output
+                          prediction_key: str, # the QA key holding the predictions, e.g. 'gpt-4o_prediction'
+                          judge # the judge that scored them
+                         ) -> list[dict]:
+    "LoCoMo's output file (task_eval/evaluate_qa.py): per sample `sample_id` and `qa`, each judged item with `<model>_f1` (locomo judge), then `memlab`."
+    model_key = prediction_key[:-len('_prediction')] if prediction_key.endswith('_prediction') else prediction_key
+    by, out = {r['query_id']: r for r in rows.to_dict('records')}, []
+    for rec in records:
+        sid, qa = rec.get('sample_id'), []
+        for j, item in enumerate(rec['qa']):
+            r = by.get(f'{sid}:q{j}')
+            if r is not None:
+                item = dict(item)
+                if judge.name == 'locomo': item[model_key + '_f1'] = None if r['score'] != r['score'] else round(float(r['score']), 3)
+                item['memlab'] = _memlab_fields(r, judge)
+            qa.append(item)
+        out.append({'sample_id': sid, 'qa': qa})
+    return out

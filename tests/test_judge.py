@@ -129,15 +129,16 @@ def test_longmemeval_templates_verbatim():
 
 @pytest.mark.skipif(not (SHARED / 'docs' / 'datasets.md').exists(), reason='shared docs not present')
 def test_memos_graders_verbatim():
-    "MemOS's LoCoMo grader text character by character (datasets.md §5.1), and the LongMemEval variant's two differences (§5.2)."
+    "MemOS's LoCoMo grader text character by character (datasets.md §5.1, which prints it without the source indentation MemOS sends: tests/test_official_memos.py checks the bytes), and the LongMemEval variant's two differences (§5.2)."
+    import textwrap
     from memlab.judge import MEMOS_SYSTEM_PROMPT, MEMOS_LOCOMO_TEMPLATE, MEMOS_LME_TEMPLATE
     doc = (SHARED / 'docs' / 'datasets.md').read_text(encoding='utf-8')
     sec = doc[doc.index('### 5.1'):doc.index('### 5.2')]
-    assert MEMOS_LOCOMO_TEMPLATE == re.search(r'```\n(.*?)\n```', sec, re.S)[1]
+    assert textwrap.dedent(MEMOS_LOCOMO_TEMPLATE).strip() == re.search(r'```\n(.*?)\n```', sec, re.S)[1]
     assert f'System message: `"{MEMOS_SYSTEM_PROMPT}"`' in sec
     lme = doc[doc.index('### 5.2'):doc.index('## 6.')]
     assert 'Question: Where did I buy my new tennis racket from?` / `Gold answer: the sports store downtown' in lme
-    assert 'Question: Where did I buy my new tennis racket from?\nGold answer: the sports store downtown' in MEMOS_LME_TEMPLATE
+    assert 'Question: Where did I buy my new tennis racket from?\n    Gold answer: the sports store downtown' in MEMOS_LME_TEMPLATE
     assert '{golden_answer}' in MEMOS_LME_TEMPLATE and '{gold_answer}' not in MEMOS_LME_TEMPLATE
 
 

@@ -11,7 +11,7 @@ from memlab.protocols.memgym.dr import (
     ANSWER_JUDGE_PROMPT, ANSWER_JUDGE_SCHEMA, CRITERIA, EVICTED_ANSWER_PROMPT, INSUFFICIENT, LONG_CONTEXT_WINDOW,
     NO_VISIBLE_DOCS, RELATIONS, VISIBLE_DOCS_SECTION, DRInstance, EvictionPolicy, OfflineDRReasoner, all_memory_notes,
     all_memory_prompt, doc_prompts, evicted_answer_prompt, long_context_prompt, max_size_for, no_memory_prompt,
-    observations, offline_answer_score, parse_answer, parse_judge, synth_dr, turn_text, validate_dr, verify,
+    observations, offline_answer_score, parse_answer, parse_judge, parse_judge_strict, synth_dr, turn_text, validate_dr, verify,
     verify_all, verify_scores, without_filler)
 
 PROMPTS_DOC = Path(__file__).resolve().parents[2] / 'shared' / 'docs' / 'protocol-prompts.md'
@@ -166,7 +166,12 @@ def test_visible_documents_section():
 def test_reply_parsers():
     assert parse_answer('{"answer": "X", "confidence": 1}') == 'X' and parse_answer(' plain text ') == 'plain text'
     assert parse_judge('{"score": 0.4, "explanation": ""}') == 0.4
-    assert parse_judge('no json') is None and parse_judge('{"explanation": "x"}') is None and parse_judge('{"score": 2}') is None
+    assert parse_answer('{"answer": " X "}') == ' X ' and parse_answer('{"answer": true}') == 'True'   # as the official judge gets them
+    # the official reading (eval/agent.py: .get("score", 0.0)): a missing score is 0.0, out-of-range kept, a string score raises
+    assert parse_judge('no json') == 0.0 and parse_judge('{"explanation": "x"}') == 0.0 and parse_judge('{"score": 2}') == 2.0
+    assert parse_judge('{"score": "1"}') is None and parse_judge('[1]') is None
+    # memlab's strict variant: never scores what it cannot read
+    assert parse_judge_strict('no json') is None and parse_judge_strict('{"explanation": "x"}') is None and parse_judge_strict('{"score": 2}') is None
 
 
 # ---- offline reasoner and judge ----

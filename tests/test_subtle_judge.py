@@ -4,7 +4,9 @@ over repeated runs, the offline judge, and the released excerpt rendered for eve
 - the prompt constants equal `../shared/docs/protocol-prompts.md` §F, and one rendered prompt equals a string written
   out here (a changed character fails);
 - an answer equal to a reference (whitespace and case aside) is decided with no model call, in every run;
-- an unparsed reply is `unparsed` with correct=None and is never scored (unless asked for the repository's count).
+- replies are read as the repository reads them by default (no usable label is WRONG; `unparsed` only where its code
+  raises); memlab's strict rule (`reply_rule='strict'`) keeps an unclear reply `unparsed`, never scored;
+- the vote over runs is the repository's by default (tie: run 0; unparsed: WRONG), memlab's under `MEMLAB_VOTE`.
 """
 import re
 from pathlib import Path
@@ -17,7 +19,7 @@ from memlab.protocols.subtle.judge import (
     JUDGE_SYSTEM_PROMPT, JUDGE_USER_PROMPT, RELATION_TYPE_GUIDANCE, RELATION_SUBTYPE_GUIDANCE, RELATION_SUBTYPE_ALIASES,
     SOURCE_GUIDANCE, NO_MODEL, judge_messages, judge_user_prompt, relation_guidance_block, source_guidance_block,
     persona_context_block, reference_verdict, normalize_reference, parse_judge_reply, SubtleLLMJudge, SubtleOfflineJudge,
-    majority_vote, run_accuracy)
+    majority_vote, run_accuracy, MEMLAB_VOTE)
 
 SHARED = Path(__file__).resolve().parents[2] / 'shared'
 DOC = SHARED / 'docs' / 'protocol-prompts.md'
@@ -161,29 +163,34 @@ def test_normaliser_is_the_repository_one():
     assert reference_verdict('“Friday”', ['Unclear'], ['Friday']) is None
 
 
-REPLIES = {
-    '{"reason": "same meaning", "label": "CORRECT"}': 'CORRECT',
-    'Verdict follows.\n{"reason": "picks one side", "label": "wrong"}': 'WRONG',
-    '```json\n{"label": "WRONG", "reason": "x"}\n```': 'WRONG',
-    '{&#34;label&#34;: &#34;CORRECT&#34;}': 'CORRECT',
-    'CORRECT': 'unparsed', '': 'unparsed', '{"reason": "no label"}': 'unparsed', '{"label": "PARTIAL"}': 'unparsed',
-    '{"label": "CORRECT"}\nor\n{"label": "WRONG"}': 'unparsed', '{"label": CORRECT}': 'unparsed',
+REPLIES = {   # reply -> (the repository's conclusion: the default rule, memlab's strict rule)
+    '{"reason": "same meaning", "label": "CORRECT"}': ('CORRECT', 'CORRECT'),
+    'Verdict follows.\n{"reason": "picks one side", "label": "wrong"}': ('WRONG', 'WRONG'),
+    '```json\n{"label": "WRONG", "reason": "x"}\n```': ('WRONG', 'WRONG'),
+    '{&#34;label&#34;: &#34;CORRECT&#34;}': ('WRONG', 'CORRECT'),
+    'CORRECT': ('WRONG', 'unparsed'), '': ('WRONG', 'unparsed'), '{"reason": "no label"}': ('WRONG', 'unparsed'),
+    '{"label": "PARTIAL"}': ('WRONG', 'unparsed'), '{"label": "CORRECT"}\nor\n{"label": "WRONG"}': ('CORRECT', 'unparsed'),
+    '{"label": CORRECT}': ('WRONG', 'unparsed'), '["CORRECT"]': ('unparsed', 'unparsed'), '{"label": true}': ('unparsed', 'unparsed'),
 }
 
 @pytest.mark.parametrize('reply', list(REPLIES))
 def test_reply_parsing(reply):
-    assert parse_judge_reply(reply)[0] == REPLIES[reply]
-    s = SubtleLLMJudge(lambda m: reply, model='fake')('r', Q, 'It depends.')
-    assert (s.label, s.correct) == (REPLIES[reply], {'CORRECT': True, 'WRONG': False}.get(REPLIES[reply])) and s.raw == reply
+    official, strict = REPLIES[reply]
+    assert (parse_judge_reply(reply)[0], parse_judge_reply(reply, 'strict')[0]) == (official, strict)
+    for rule, want in (('official', official), ('strict', strict)):
+        s = SubtleLLMJudge(lambda m: reply, model='fake', reply_rule=rule)('r', Q, 'It depends.')
+        assert (s.label, s.correct) == (want, {'CORRECT': True, 'WRONG': False}.get(want)) and s.raw.startswith(reply)
+        assert s.raw == reply or (rule == 'official' and want == 'unparsed' and 'the repository raises AttributeError' in s.raw)
 
 
 def test_failed_call_is_error_and_unparsed_is_never_scored():
     def boom(m): raise TimeoutError('judge down')
     assert SubtleLLMJudge(boom)('r', Q, 'x').label == 'error'
-    c = recorder('{"label": "CORRECT"}', 'no json', '{"label": "WRONG"}', 'no json')
-    j = SubtleLLMJudge(c, model='fake')
-    t = judge_summary(scores_frame(j(f'r{i}', Q, 'It depends.') for i in range(4))).iloc[0]
-    assert (t['n_unparsed'], t['accuracy']) == (2, 0.5)
+    for rule, want in (('strict', (2, 0.5)), ('official', (0, 0.25))):    # 'no json': unparsed (memlab), WRONG (the repository)
+        c = recorder('{"label": "CORRECT"}', 'no json', '{"label": "WRONG"}', 'no json')
+        j = SubtleLLMJudge(c, model='fake', reply_rule=rule)
+        t = judge_summary(scores_frame(j(f'r{i}', Q, 'It depends.') for i in range(4))).iloc[0]
+        assert (t['n_unparsed'], t['accuracy']) == want
 
 
 # ---------------------------------------------------------------- repeated runs
@@ -196,25 +203,25 @@ RUNS = _frame([('a', 0, 'WRONG'), ('a', 1, 'CORRECT'), ('a', 2, 'CORRECT'),
                ('b', 0, 'CORRECT'), ('b', 1, 'WRONG'),                      # two runs: a tie
                ('c', 0, 'unparsed'), ('c', 1, 'unparsed'), ('c', 2, 'error'),
                ('d', 0, 'WRONG'), ('d', 1, 'unparsed'), ('d', 2, 'CORRECT')])
+COLS = ['label', 'correct', 'n_runs', 'n_judged', 'n_correct', 'n_unparsed', 'n_error']
 
 def test_majority_vote():
-    mv = majority_vote(RUNS).set_index('rollout_id')
-    assert mv[['label', 'correct', 'n_runs', 'n_judged', 'n_correct', 'n_unparsed', 'n_error']].values.tolist() == [
+    mv = majority_vote(RUNS).set_index('rollout_id')                      # the repository's rule: run 0 breaks a tie, unparsed is WRONG
+    assert mv[COLS].values.tolist() == [
+        ['CORRECT', True, 3, 3, 2, 0, 0], ['CORRECT', True, 2, 2, 1, 0, 0], ['WRONG', False, 3, 2, 0, 2, 1], ['WRONG', False, 3, 3, 1, 1, 0]]
+    mine = majority_vote(RUNS, **MEMLAB_VOTE).set_index('rollout_id')     # memlab's: a tie is WRONG, unparsed is no vote
+    assert mine[COLS].values.tolist() == [
         ['CORRECT', True, 3, 3, 2, 0, 0], ['WRONG', False, 2, 2, 1, 0, 0], ['unparsed', None, 3, 0, 0, 2, 1], ['WRONG', False, 3, 2, 1, 1, 0]]
-    first = majority_vote(RUNS, tie='first').set_index('rollout_id')
-    assert first.loc['b', 'label'] == 'CORRECT' and first.loc['d', 'label'] == 'WRONG'      # run 0's verdict breaks the tie
-    strict = majority_vote(RUNS, unparsed_as_wrong=True).set_index('rollout_id')
-    assert strict.loc['c', ['label', 'n_judged']].tolist() == ['WRONG', 2] and strict.loc['d', 'label'] == 'WRONG'
+    assert MEMLAB_VOTE == dict(tie='WRONG', unparsed_as_wrong=False)
     with pytest.raises(ValueError, match='tie must be'): majority_vote(RUNS, tie='coin')
 
 
 def test_run_accuracy():
     r = run_accuracy(RUNS).iloc[0]
-    # run 0: a W, b C, d W -> 1/3; run 1: a C, b W -> 1/2; run 2: a C, d C -> 1
-    assert r['run_accuracies'] == (round(1 / 3, 6), 0.5, 1.0) and r['n_runs'] == 3 and r['n_rollouts'] == 4
-    assert r['accuracy_mean'] == pytest.approx((1 / 3 + 0.5 + 1) / 3)
-    assert r['accuracy_std'] == pytest.approx(pd.Series([1 / 3, 0.5, 1.0]).std(ddof=0))
-    assert run_accuracy(RUNS, unparsed_as_wrong=True).iloc[0]['run_accuracies'] == (0.25, 0.25, 1.0)   # c, d's unparsed count WRONG; errors never
+    # unparsed counted WRONG (the repository): run 0: a W, b C, c W, d W -> 1/4; run 1: a C, b W, c W, d W -> 1/4; run 2: a C, d C (c: error) -> 1
+    assert r['run_accuracies'] == (0.25, 0.25, 1.0) and r['n_runs'] == 3 and r['n_rollouts'] == 4
+    assert r['accuracy_mean'] == pytest.approx(0.5) and r['accuracy_std'] == pytest.approx(pd.Series([0.25, 0.25, 1.0]).std(ddof=0))
+    assert run_accuracy(RUNS, unparsed_as_wrong=False).iloc[0]['run_accuracies'] == (round(1 / 3, 6), 0.5, 1.0)   # unparsed left out
     one = run_accuracy(RUNS[RUNS['run'] == 0]).iloc[0]
     assert (one['n_runs'], one['accuracy_std']) == (1, 0.0)
     by = run_accuracy(RUNS.assign(rel=RUNS['rollout_id'].map({'a': 'nuanced', 'b': 'nuanced'}).fillna('contradictory')), by=['rel'])

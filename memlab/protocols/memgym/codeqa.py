@@ -21,7 +21,8 @@ from .offline.codeqa import (TERM_RECALL, key_tokens, carries, offline_fact_judg
     offline_noise_judge, INSUFFICIENT, parse_prompt, evidence_units, OfflineCodeQAReasoner)
 
 # %% auto #0
-__all__ = ['CORRECT_AT', 'VERDICTS', 'CHECKS', 'score_pair', 'score_instance', 'verify_pair', 'verify_all', 'table10']
+__all__ = ['CORRECT_AT', 'VERDICTS', 'CHECKS', 'score_pair', 'score_instance', 'keyword_fact_judge', 'keyword_noise_judge',
+           'official_metrics', 'keyword_metrics', 'verify_pair', 'verify_all', 'table10']
 
 # %% ../../../nbs/protocols/memgym/04_codeqa.ipynb #7806e640
 CORRECT_AT = 0.5   # score.py aggregate_scores: a pair is correct when its score is at least 0.5
@@ -57,6 +58,59 @@ def score_instance(inst: CodingQAInstance,
                 noise_rejection=1.0 - sum(judged) / len(judged) if judged else (1.0 if not inst.distractors else None),
                 misled=[k for k, v in misled.items() if v], unscored_pairs=len(pairs) - len(scored),
                 unparsed_noise=len(misled) - len(judged), fact_judge=_label(fact_judge), noise_judge=_label(noise_judge))
+
+# %% ../../../nbs/protocols/memgym/04_codeqa.ipynb #793d8336
+_PUNCT = '.,!?"\'()[]{}:;'   # the characters score.py strips from a word
+
+def _long_words(text: str) -> list[str]:
+    "score.py's key terms: lowercased words, punctuation stripped, longer than four characters."
+    return [w.strip(_PUNCT) for w in text.lower().split() if len(w.strip(_PUNCT)) > 4]
+
+def keyword_fact_judge(fact, answer: str, question: str='', # the question (unused: the rule reads the fact and the answer)
+                       threshold: float=0.4 # share of the fact's key terms found in the answer
+                      ) -> bool:
+    "score.py `score_fact_recall_keyword`'s verdict: at least `threshold` of the fact's long words (else all its words) occur in the answer."
+    terms = _long_words(fact.content) or fact.content.lower().split()
+    return bool(terms) and sum(t in (answer or '').lower() for t in terms) / len(terms) >= threshold
+
+def keyword_noise_judge(facts: list, # the instance's grounding facts (their long words are not evidence of being misled)
+                        threshold: float=0.3 # share of the distractor's own long words found in the answer
+                       ) -> Callable:
+    "A noise judge with score.py `score_noise_rejection_keyword`'s rule: misled when `threshold` of the distractor-only long words occur."
+    fact_terms = {t for f in facts for t in _long_words(f.content)}
+    def judge(d, answer: str, question: str='') -> bool:
+        terms = [t for t in _long_words(d.content) if t not in fact_terms]
+        return bool(terms) and sum(t in (answer or '').lower() for t in terms) / len(terms) >= threshold
+    judge.label = 'repository keyword noise rule'
+    return judge
+
+def official_metrics(inst: CodingQAInstance,
+                     answers: dict[str, Optional[str]], # qa_id -> answer text (None: unparsed, the empty answer)
+                     fact_judge: Callable, # (fact, answer, question) -> bool | None (None: not recalled)
+                     noise_judge: Callable # (distractor, answer, question) -> bool | None (None: not misled)
+                    ) -> dict:
+    "`aggregate_scores`' metrics as the repository computes them: pair scores, qa_accuracy, noise_rejection, fact recalls, category_breakdown."
+    ans = {q.qa_id: answers.get(q.qa_id) or '' for q in inst.qa_pairs}
+    pairs = []
+    for q in inst.qa_pairs:
+        linked = [f for f in inst.grounding_facts if f.id in q.linked_fact_ids]
+        pairs.append([q.qa_id, sum(bool(fact_judge(f, ans[q.qa_id], q.question)) for f in linked) / max(1, len(linked))])
+    combined = ' '.join(ans[q.qa_id] for q in inst.qa_pairs)
+    got = {f.id: bool(fact_judge(f, combined, inst.task_prompt)) for f in inst.grounding_facts}
+    share = lambda fs: sum(got[f.id] for f in fs) / len(fs) if fs else 0.0
+    facts = inst.grounding_facts
+    misled = sum(bool(noise_judge(d, combined, inst.task_prompt)) for d in inst.distractors)
+    return dict(qa_scores=pairs, qa_accuracy=sum(s >= CORRECT_AT for _, s in pairs) / len(pairs) if pairs else 0.0,
+                noise_rejection=1.0 - misled / len(inst.distractors) if inst.distractors else 1.0,
+                fact_recall=share(facts), critical_fact_recall=share([f for f in facts if f.relevance == 'critical']),
+                external_fact_recall=share([f for f in facts if not f.discoverable]), discoverable_fact_recall=share([f for f in facts if f.discoverable]),
+                category_breakdown={c: share([f for f in facts if f.category == c]) for c in sorted({f.category for f in facts})})
+
+def keyword_metrics(inst: CodingQAInstance,
+                    answers: dict[str, Optional[str]] # qa_id -> answer text
+                   ) -> dict:
+    "`official_metrics` with the repository's keyword scoring (`evaluate_*(use_llm_scoring=False)`)."
+    return official_metrics(inst, answers, keyword_fact_judge, keyword_noise_judge(inst.grounding_facts))
 
 # %% ../../../nbs/protocols/memgym/04_codeqa.ipynb #e4bc8eb8
 VERDICTS = ('valid', 'broken', 'confusable', 'leaky', 'confusable_and_leaky', 'unscored')

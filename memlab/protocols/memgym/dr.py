@@ -14,13 +14,14 @@ from .vocab.dr import (Relation, ENTITY_TYPES, VALUE_TYPES, RELATIONS, PATTERNS,
 from .official.dr import (Document, SearchTurn, GroundingFact, DISTRACTOR_SOURCES, Distractor,
     EvictionPolicy, ContextTokens, Rubric, DRInstance, validate_dr, ANSWER_JUDGE_PROMPT, ANSWER_JUDGE_SCHEMA,
     EVICTED_ANSWER_PROMPT, VISIBLE_DOCS_SECTION, NO_VISIBLE_DOCS, NO_NOTES_TAKEN, INSUFFICIENT, format_documents,
-    evicted_answer_prompt, answer_judge_prompt, doc_prompts, parse_answer, parse_judge, answer_judge)
+    evicted_answer_prompt, answer_judge_prompt, doc_prompts, official_answer, render_answer, parse_answer, ANSWER_JUDGE_SYSTEM, judge_messages, extract_json,
+    official_judge_score, parse_judge, parse_judge_strict, answer_judge)
 from .offline.dr import (RELATION_WORDS, VALUE_RELATIONS, parse_question,
     parse_evicted_prompt, OfflineDRReasoner, _norm, offline_answer_score)
 
 # %% auto #0
 __all__ = ['CRITERIA', 'UNPARSED', 'NO_NOTES', 'LONG_CONTEXT_WINDOW', 'verify_scores', 'all_memory_notes', 'all_memory_prompt',
-           'no_memory_prompt', 'long_context_docs', 'long_context_prompt', 'verify', 'verify_all']
+           'no_memory_prompt', 'long_context_docs', 'long_context_prompt', 'verify', 'verify_all', 'note_fact_recall']
 
 # %% ../../../nbs/protocols/memgym/03_dr.ipynb #7aa1feb5
 CRITERIA = {'score_all_memory >= 0.85': lambda a, l, n: a >= 0.85,
@@ -80,7 +81,8 @@ def long_context_prompt(inst: DRInstance, # the instance
 def _condition_score(reply: str, inst: DRInstance, judge: Callable) -> tuple[str, Optional[float]]:
     "The parsed answer and its score: 0 without a judge call when empty or insufficient (calibrate.py)."
     pred = parse_answer(reply)
-    if not pred or pred.lower().startswith('insufficient'): return pred, 0.0
+    p = pred.strip()          # parse_answer keeps the official's spaces; the calibration's empty / insufficient test reads the text
+    if not p or p.lower().startswith('insufficient'): return pred, 0.0
     return pred, judge(inst.answer, pred, inst.question)
 
 def verify(inst: DRInstance, # the instance
@@ -115,3 +117,22 @@ def verify_all(insts: Sequence[DRInstance], # generated instances
     counts = dict(generated=len(insts), kept=len(kept), yield_=len(kept) / len(insts) if insts else 0.0,
                   failed={c: failed[c] for c in (*CRITERIA, UNPARSED)}, by_hops=dict(sorted(by_hops.items())))
     return kept, counts
+
+# %% ../../../nbs/protocols/memgym/03_dr.ipynb #d031a903
+_NOTE_PUNCT = '.,!?"\'()'   # eval/memory.py strips these from a fact's words
+
+def note_fact_recall(notes: Optional[str], # the strategy's final notes
+                     inst # a DRInstance (or anything with `grounding_facts` and `memory_required_facts`)
+                    ) -> float:
+    "The repository's `note_fact_recall`: memory-required facts found in the notes by their long words (40%) or intermediate answer."
+    need = list(inst.memory_required_facts)
+    if not need or not notes: return 0.0
+    low, facts, n = notes.lower(), {f.fact_id: f for f in inst.grounding_facts}, 0
+    for fid in need:
+        f = facts.get(fid)
+        if f is None: continue
+        words = f.content.lower().split()
+        terms = [w.strip(_NOTE_PUNCT) for w in words if len(w.strip(_NOTE_PUNCT)) > 4] or words
+        if terms and sum(t in low for t in terms) / len(terms) >= 0.4: n += 1
+        if f.intermediate_answer and f.intermediate_answer.lower() in low: n = min(n + 1, len(need))
+    return n / len(need)

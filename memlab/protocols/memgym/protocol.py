@@ -233,16 +233,17 @@ class MemGymLLMJudge(_MemGymJudge):
     "The tracks' LLM judges, verbatim: DR's ANSWER_JUDGE_PROMPT, CodeQA's FACT_JUDGE_PROMPT per linked fact."
     def __init__(self, complete, model: str='gpt-4o-mini', temperature: float=0.0, max_tokens: Optional[int]=256):
         self.complete, self.model, self.params = complete, model, dict(temperature=temperature, **({'max_tokens': max_tokens} if max_tokens else {}))
-    def prompt_texts(self): return dict(dr=DR.ANSWER_JUDGE_PROMPT, fact=CQ.FACT_JUDGE_PROMPT, noise=CQ.NOISE_JUDGE_PROMPT)
+    def prompt_texts(self): return dict(dr=DR.ANSWER_JUDGE_PROMPT, dr_system=DR.ANSWER_JUDGE_SYSTEM, fact=CQ.FACT_JUDGE_PROMPT, noise=CQ.NOISE_JUDGE_PROMPT)
     def verifier_judges(self):
         def ask(p: str) -> str: return self.ask([{'role': 'user', 'content': p}])
-        ask.label = self.label
-        return dict(dr=DR.answer_judge(ask), fact=CQ.llm_fact_judge(ask, self.label), noise=CQ.llm_noise_judge(ask, self.label))
+        def ask_dr(p: str) -> str: return self.ask(DR.judge_messages(p))   # the official client's system line with the DR judge
+        ask.label = ask_dr.label = self.label
+        return dict(dr=DR.answer_judge(ask_dr), fact=CQ.llm_fact_judge(ask, self.label), noise=CQ.llm_noise_judge(ask, self.label))
     def _noise(self, d, answer, question):
         return CQ.parse_noise_reply(self.ask([{'role': 'user', 'content': CQ.noise_judge_prompt(CQ.DistractorFact(**d), answer, question)}]))
     def _score(self, query, answer):
         ask = lambda p: self.ask([{'role': 'user', 'content': p}])
-        if query.meta['track'] == 'dr': return DR.parse_judge(ask(DR.answer_judge_prompt(query.answers[0], answer, query.question)))
+        if query.meta['track'] == 'dr': return DR.parse_judge(self.ask(DR.judge_messages(DR.answer_judge_prompt(query.answers[0], answer, query.question))))
         v = [CQ.parse_fact_reply(ask(CQ.fact_judge_prompt(CQ.GroundingFact(**f), answer, query.question))) for f in query.meta['linked_facts']]
         if any(x is None for x in v): return None
         return sum(bool(x['contains_fact'] if isinstance(x, dict) else x) for x in v) / len(v)

@@ -5,6 +5,7 @@
 # %% ../../../nbs/protocols/subtle/02_answer.ipynb #123cf2ba
 from __future__ import annotations
 import calendar, re
+from datetime import datetime, timedelta
 from dataclasses import dataclass, replace
 from typing import Literal, Optional
 from ...core import Evidence, Instance, Query, Session, QueryView, Step, OFFLINE_LABEL
@@ -16,11 +17,11 @@ from wordfreq import zipf_frequency
 from ...runner import EVIDENCE, EvidenceView
 
 # %% auto #0
-__all__ = ['V1_CONCISE', 'V2_CONFLICT_AUDITOR', 'ANSWER_PROMPTS', 'PROMPT_NAMES', 'RELATION_TIERS', 'CLARIFY', 'COMMON_ZIPF',
-           'answer_prompt', 'oracle_transcript', 'oracle_setting', 'format_context', 'clean_answer',
-           'SubtleAnswerModel', 'RelationTier', 'evidence_sentences', 'stated_time', 'time_anchored', 'slot_terms',
-           'context_anchored', 'anchored', 'distinguished', 'negative', 'additive', 'common', 'value_of',
-           'relation_answer', 'SubtleReader']
+__all__ = ['V1_CONCISE', 'V2_CONFLICT_AUDITOR', 'ANSWER_PROMPTS', 'PROMPT_NAMES', 'FAKE_SESSION_START', 'MESSAGE_GAP',
+           'RELATION_TIERS', 'CLARIFY', 'COMMON_ZIPF', 'answer_prompt', 'session_clock', 'message_times',
+           'oracle_transcript', 'oracle_setting', 'format_context', 'clean_answer', 'SubtleAnswerModel', 'RelationTier',
+           'evidence_sentences', 'stated_time', 'time_anchored', 'slot_terms', 'context_anchored', 'anchored',
+           'distinguished', 'negative', 'additive', 'common', 'value_of', 'relation_answer', 'SubtleReader']
 
 # %% ../../../nbs/protocols/subtle/02_answer.ipynb #475c6bcb
 V1_CONCISE = """You are a helpful personal assistant. You are very good at distinguishing detailed conflicts and relationships in memory, then using those memories to answer questions or complete tasks.
@@ -92,31 +93,55 @@ def answer_prompt(prompt: str, # 'v1' | 'v2'
                   context: str, # the evidence, formatted (`format_context`)
                   question: str # the query
                  ) -> str:
-    "The answer prompt with its two slots filled (plain replacement: the context may hold braces)."
-    return ANSWER_PROMPTS[prompt].replace('{context}', context, 1).replace('{question}', question)
+    "The answer prompt with its two slots filled once, as the repository's `.format(context=..., question=...)`: values are never read as slots."
+    return ANSWER_PROMPTS[prompt].format(context=context, question=question)
 
 # %% ../../../nbs/protocols/subtle/02_answer.ipynb #7cb5538f
-def oracle_transcript(sessions: list[Session], # the persona's sessions, chronological
+FAKE_SESSION_START = datetime(2024, 1, 1)   # loaders.py: sessions without a usable time start here, one hour apart
+MESSAGE_GAP = 30                            # loaders.py: seconds between a session's messages by default
+
+def session_clock(timestamp: Optional[str] # a session's ISO 8601 timestamp
+                 ) -> Optional[datetime]:
+    "The session's start as the converter passes it on (LoCoMo's date string): wall-clock time to the minute, no zone; None if not ISO."
+    try: t = datetime.fromisoformat(str(timestamp or '').strip().replace('Z', '+00:00'))
+    except ValueError: return None
+    return t.replace(tzinfo=None, second=0, microsecond=0)
+
+def message_times(sessions: list[Session] # the persona's sessions, in order
+                 ) -> list[list[datetime]]:
+    "Each message's timestamp as the repository's LoCoMo loader derives it: 30 s apart, squeezed into 90% of the gap to the next session."
+    starts = [session_clock(s.date) or FAKE_SESSION_START + timedelta(hours=i) for i, s in enumerate(sessions)]
+    out = []
+    for i, s in enumerate(sessions):
+        n, step = len(s.turns), 0
+        if n > 1:
+            step, room = MESSAGE_GAP, (starts[i + 1] - starts[i]).total_seconds() if i + 1 < len(starts) else 0
+            if room > 0 and MESSAGE_GAP * (n - 1) > 0.9 * room: step = 0.9 * room / (n - 1)
+        out.append([starts[i] + timedelta(seconds=k * step) for k in range(n)])
+    return out
+
+def oracle_transcript(sessions: list[Session], # the persona's sessions, in order
                       targets: list[str], # the query's target session ids (`Query.evidence`)
-                      conversation_id: str # the persona (instance) id
+                      conversation_id: str # the conversation id the repository's loader gives the persona
                      ) -> str:
-    "The raw target sessions in chronological order, as the repository's oracle adapter formats them."
-    want = set(targets)
-    msgs = [(n, s, t) for n, s in enumerate(sessions, 1) if s.id in want for t in s.turns]
+    "The raw target sessions in the persona's order, as the repository's oracle adapter formats them."
+    want, times = set(targets), message_times(sessions)
+    msgs = [(i, k, s, t) for i, s in enumerate(sessions) if s.id in want for k, t in enumerate(s.turns)]
     header = [f'Conversation ID: {conversation_id}', f'Message count: {len(msgs)}']
     if targets: header.append('Scoped session IDs: ' + ', '.join(targets))
     header.append('Speakers: user, assistant')
     lines = ['# ORACLE CONTEXT TRANSCRIPT', *header, '']
-    for idx, (n, s, t) in enumerate(msgs, 1):
-        parts = [f'timestamp={s.date or "unknown time"}', f'source_unit_id={conversation_id}:session_{n}:{idx - 1}', f'session=session_{n}',
-                 f'source_session_id={s.id}'] + ([f"source_case_id={s.meta['case_id']}"] if s.meta.get('case_id') else [])
-        lines += [f"[{idx}] {t.role} ({'; '.join(parts)})", t.content, '']
+    for idx, (i, k, s, t) in enumerate(msgs, 1):
+        dia, case = f'D{i}:{k}', str(s.meta.get('case_id') or '').strip()
+        parts = [f'timestamp={times[i][k].isoformat()}', f'source_unit_id={dia}', f'session=session_{i}', f'source_session_id={s.id}',
+                 *([f'source_case_id={case}'] if case else []), f'dia_id={dia}']
+        lines += [f"[{idx}] {t.role} ({'; '.join(parts)})", t.content.strip(), '']
     return '\n'.join(lines).strip()
 
 @EVIDENCE.register('subtlememory-oracle')
 def oracle_setting(mem: Memory, query: Query, inst: Instance, sessions: list[Session]) -> Memory:
     "Oracle: one unit, the transcript of the query's target sessions; the memory is not read (run it with the `none` memory)."
-    text = oracle_transcript(inst.sessions, query.evidence, inst.id)
+    text = oracle_transcript(inst.sessions, query.evidence, inst.meta.get('conversation_id') or inst.id)
     return EvidenceView(mem, [Evidence(text=text, session_id=(query.evidence or [''])[0], rank=0, score=1.0,
                                        meta={'session_ids': list(query.evidence)})], 'oracle')
 oracle_setting.gold = True                  # the target sessions themselves: a gold-evidence setting (`memlab.retrieval`)

@@ -92,12 +92,12 @@ def load_subtlememory(path: str|Path, # a `persona_*` folder, or the folder hold
     folders = [path] if (path / 'bench_instances.json').exists() else sorted(p for p in path.glob('persona_*') if p.is_dir())
     if not folders: raise RecordError(f'{path}: no persona_*/ folders with bench_instances.json and history_sessions.json')
     out = []
-    for d in folders:
+    for k, d in enumerate(folders):   # the repository's conversation id is subtlememory_<k>: its converter sorts the bundle folders by path
         for name in ('bench_instances.json', 'history_sessions.json'):
             if not (d / name).exists(): raise RecordError(f'{d / name}: missing (a persona folder holds bench_instances.json and history_sessions.json)')
         sessions, q1 = _sessions(d / 'history_sessions.json', d.name)
         queries, q2 = _queries(d / 'bench_instances.json', d.name, {s.id for s in sessions})
-        out.append(Instance(id=d.name, sessions=sessions, queries=queries, meta=dict(dataset='subtlememory', source=str(d), **q1, **q2)))
+        out.append(Instance(id=d.name, sessions=sessions, queries=queries, meta=dict(dataset='subtlememory', source=str(d), conversation_id=f'subtlememory_{k}', **q1, **q2)))
     return out
 
 LOADERS.register('subtlememory')(load_subtlememory)

@@ -15,12 +15,14 @@ from ...memory import terms
 
 # %% auto #0
 __all__ = ['JUDGE_SYSTEM_PROMPT', 'JUDGE_USER_PROMPT', 'RELATION_TYPE_GUIDANCE', 'RELATION_SUBTYPE_GUIDANCE',
-           'RELATION_SUBTYPE_ALIASES', 'SOURCE_GUIDANCE', 'BYPASS_CORRECT', 'BYPASS_WRONG', 'NO_MODEL',
-           'NUM_RUNS_CODE_DEFAULT', 'NUM_RUNS_DATASET_CONFIG', 'clean_references', 'reference_block', 'optional_text',
-           'relation_type_key', 'relation_subtype_key', 'source_key', 'has_relation_metadata',
-           'relation_guidance_block', 'source_guidance_block', 'persona_context_block', 'judge_user_prompt',
-           'judge_messages', 'normalize_reference', 'reference_verdict', 'parse_judge_reply', 'SubtleLLMJudge',
-           'majority_vote', 'run_accuracy', 'reference_similarity', 'SubtleOfflineJudge']
+           'RELATION_SUBTYPE_ALIASES', 'SOURCE_GUIDANCE', 'BYPASS_CORRECT', 'BYPASS_WRONG', 'OFFICIAL_RAISES',
+           'OFFICIAL_DEFAULT_REASON', 'REPLY_RULES', 'NO_MODEL', 'NUM_RUNS_CODE_DEFAULT', 'NUM_RUNS_DATASET_CONFIG',
+           'MEMLAB_VOTE', 'clean_references', 'reference_block', 'optional_text', 'relation_type_key',
+           'relation_subtype_key', 'source_key', 'has_relation_metadata', 'relation_guidance_block',
+           'source_guidance_block', 'persona_context_block', 'judge_user_prompt', 'judge_messages',
+           'normalize_reference', 'reference_verdict', 'official_reason', 'official_judge_reply', 'strict_judge_reply',
+           'parse_judge_reply', 'SubtleLLMJudge', 'majority_vote', 'run_accuracy', 'reference_similarity',
+           'SubtleOfflineJudge']
 
 # %% ../../../nbs/protocols/subtle/03_judge.ipynb #1de25ba4
 JUDGE_SYSTEM_PROMPT = """You are a benchmark answer judge for open-ended memory evaluation questions.
@@ -225,10 +227,37 @@ def reference_verdict(answer: Optional[str], # the generated answer
 
 # %% ../../../nbs/protocols/subtle/03_judge.ipynb #c142dd3c
 _OBJ = re.compile(r'\{[^{}]*\}')
+_FENCED = re.compile(r'```(?:json)?\s*(\{[^`]*\})\s*```', re.DOTALL)   # llm_judge.py's _extract_json: a fenced object first,
+_LABELLED = re.compile(r'\{[^{}]*"label"\s*:\s*"[^"]*"[^{}]*\}')        # then the first flat object with a string label
+OFFICIAL_RAISES = 'the repository raises'
+OFFICIAL_DEFAULT_REASON = 'The answer was graded from the provided references.'
 
-def parse_judge_reply(reply: Optional[str] # the judge model's reply text
-                     ) -> tuple[str, Optional[str]]:
-    "(label, reason) of a JSON judge reply: label 'CORRECT' or 'WRONG', or ('unparsed', None)."
+def official_reason(reason: Any, # the reply's reason value
+                    limit: int=240 # the repository's cut
+                   ) -> str:
+    "The repository's `_clean_judge_reason`: whitespace collapsed, cut to `limit` characters with an ellipsis."
+    t = ' '.join(str(reason or '').split())
+    return t if len(t) <= limit else t[:limit - 1].rstrip() + '…'
+
+def official_judge_reply(reply: Optional[str] # the judge model's reply text
+                        ) -> tuple[str, str]:
+    "(label, reason) as llm_judge.py concludes: CORRECT for a label 'CORRECT', else WRONG; 'unparsed' (the exception named) where it raises."
+    if not reply: return 'WRONG', 'Judge returned an empty response.'
+    if not isinstance(reply, str): return 'unparsed', f'{OFFICIAL_RAISES} TypeError: the reply is a {type(reply).__name__}'
+    m = _FENCED.search(reply) or _LABELLED.search(reply)
+    text = (m[1].strip() if m.re is _FENCED else m[0]) if m else reply.strip()
+    if not text: return 'WRONG', 'Judge response did not contain valid JSON.'
+    try: obj = json.loads(text)
+    except ValueError: return 'WRONG', 'Judge response JSON could not be parsed.'
+    if not isinstance(obj, dict): return 'unparsed', f"{OFFICIAL_RAISES} AttributeError: the reply's JSON is a {type(obj).__name__}, not an object"
+    label = obj.get('label', '')
+    if not label: return 'WRONG', 'Judge response did not include a label.'
+    if not isinstance(label, str): return 'unparsed', f'{OFFICIAL_RAISES} AttributeError: the label is a {type(label).__name__}, not a string'
+    return ('CORRECT' if label.strip().upper() == 'CORRECT' else 'WRONG'), official_reason(obj.get('reason', '')) or OFFICIAL_DEFAULT_REASON
+
+def strict_judge_reply(reply: Optional[str] # the judge model's reply text
+                      ) -> tuple[str, Optional[str]]:
+    "memlab's strict rule: (label, reason) of the one labelled JSON object, CORRECT or WRONG; anything else ('unparsed', None)."
     if not isinstance(reply, str): return 'unparsed', None
     s, objs = _strip_fences(html.unescape(reply)), []
     for m in _OBJ.finditer(s):
@@ -243,6 +272,15 @@ def parse_judge_reply(reply: Optional[str] # the judge model's reply text
     if len(labels) != 1 or not labels <= {'CORRECT', 'WRONG'}: return 'unparsed', None
     return labels.pop(), next((str(o['reason']) for o in objs if o.get('reason')), None)
 
+REPLY_RULES = {'official': official_judge_reply, 'strict': strict_judge_reply}
+
+def parse_judge_reply(reply: Optional[str], # the judge model's reply text
+                      rule: Literal['official', 'strict']='official' # the repository's reading, or memlab's strict one
+                     ) -> tuple[str, Optional[str]]:
+    "(label, reason) of a judge reply under `rule` (`REPLY_RULES`)."
+    if rule not in REPLY_RULES: raise ValueError(f'rule must be one of {sorted(REPLY_RULES)}, got {rule!r}')
+    return REPLY_RULES[rule](reply)
+
 # %% ../../../nbs/protocols/subtle/03_judge.ipynb #1563fa09
 NO_MODEL = 'no model called (exact match)'   # the start of `raw` when the bypass decided
 
@@ -252,14 +290,17 @@ class SubtleLLMJudge(Judge):
     def __init__(self, complete: Callable[[list[dict]], str], # OpenAI chat messages -> reply text
                  model: str='gemini-3.1-pro-preview-thinking', # the paper's judge (the repository's code defaults to gpt-4o-mini)
                  temperature: float=0.0, # the repository's setting
-                 max_tokens: Optional[int]=None # None: no limit, as the repository
+                 max_tokens: Optional[int]=None, # None: no limit, as the repository
+                 reply_rule: Literal['official', 'strict']='official' # how replies are read (`REPLY_RULES`): the repository's, or memlab's strict one
                 ):
         if not callable(complete): raise TypeError(f'{type(self).__name__} needs complete=callable(messages) -> str')
-        self.complete, self.model = complete, model
+        if reply_rule not in REPLY_RULES: raise ValueError(f'reply_rule must be one of {sorted(REPLY_RULES)}, got {reply_rule!r}')
+        self.complete, self.model, self.reply_rule = complete, model, reply_rule
         self.params = dict(temperature=temperature, **({'max_tokens': max_tokens} if max_tokens else {}))
     def prompt_texts(self):
         return dict(system=JUDGE_SYSTEM_PROMPT, user=JUDGE_USER_PROMPT, relation_type=RELATION_TYPE_GUIDANCE, relation_subtype=RELATION_SUBTYPE_GUIDANCE,
-                    aliases=RELATION_SUBTYPE_ALIASES, source=SOURCE_GUIDANCE, bypass='whitespace collapsed, lower-cased; correct first')
+                    aliases=RELATION_SUBTYPE_ALIASES, source=SOURCE_GUIDANCE, bypass='whitespace collapsed, lower-cased; correct first',
+                    reply_rule=self.reply_rule)
     def messages(self, query: Query, answer: str) -> list[dict]:
         "The chat messages of one judgment (`judge_messages`)."
         return judge_messages(query, answer)
@@ -267,12 +308,15 @@ class SubtleLLMJudge(Judge):
         v = reference_verdict(answer, query.answers, (query.meta or {}).get('incorrect_answers'))
         if v is not None: return v[0], None, f'{NO_MODEL}: {v[1]}'
         reply = self.ask(self.messages(query, answer))
-        return parse_judge_reply(reply)[0], None, reply if isinstance(reply, str) else repr(reply)
+        label, why = parse_judge_reply(reply, self.reply_rule)
+        raw = reply if isinstance(reply, str) else repr(reply)
+        return label, None, (f'{raw}\n[{why}]' if label == 'unparsed' and why else raw)   # where the repository raises, say so
 
 # %% ../../../nbs/protocols/subtle/03_judge.ipynb #07a96c7c
 NUM_RUNS_CODE_DEFAULT = 3         # llm_judge.py: config.get("num_runs", 3)
 NUM_RUNS_DATASET_CONFIG = 1       # evaluation/config/datasets/subtlememory.yaml: num_runs: 1
 _KEYS = ['judge', 'judge_model', 'prompt_hash']
+MEMLAB_VOTE = dict(tie='WRONG', unparsed_as_wrong=False)   # memlab's stricter vote: a tie is WRONG, unparsed replies are not votes
 
 def _votes(scores_df: pd.DataFrame, unparsed_as_wrong: bool) -> pd.DataFrame:
     "The scores with `correct` as float (NaN: not judged); unparsed replies as 0.0 if `unparsed_as_wrong`."
@@ -282,8 +326,8 @@ def _votes(scores_df: pd.DataFrame, unparsed_as_wrong: bool) -> pd.DataFrame:
     return d
 
 def majority_vote(scores_df: pd.DataFrame, # `scores_frame` rows: judge, judge_model, prompt_hash, rollout_id, run, label, correct
-                  tie: Literal['WRONG', 'first']='WRONG', # a tied vote: WRONG, or the first run's verdict (the repository's Counter.most_common)
-                  unparsed_as_wrong: bool=False # count unparsed replies as WRONG votes (the repository)
+                  tie: Literal['WRONG', 'first']='first', # a tied vote: the first run's verdict (the repository's Counter.most_common), or WRONG
+                  unparsed_as_wrong: bool=True # count unparsed replies as WRONG votes (the repository); False: not votes (`MEMLAB_VOTE`)
                  ) -> pd.DataFrame:
     "Per (judge, rollout): the majority label over judged runs, its correctness, n_runs, n_judged, n_correct, n_unparsed, n_error."
     if tie not in ('WRONG', 'first'): raise ValueError(f"tie must be 'WRONG' or 'first', got {tie!r}")
@@ -301,7 +345,7 @@ def majority_vote(scores_df: pd.DataFrame, # `scores_frame` rows: judge, judge_m
 
 def run_accuracy(scores_df: pd.DataFrame, # `scores_frame` rows (extra columns for `by` merged in)
                  by: Sequence[str]=(), # further grouping columns, e.g. ('relation_type',)
-                 unparsed_as_wrong: bool=False, # count unparsed replies as WRONG (the repository)
+                 unparsed_as_wrong: bool=True, # count unparsed replies as WRONG (the repository); False: leave them out
                  ddof: int=0 # 0: population standard deviation, as the repository's np.std
                 ) -> pd.DataFrame:
     "Per judge (and `by`): each run's accuracy over judged scores, their mean and standard deviation across runs."

@@ -14,6 +14,8 @@ from ...runner import DATASETS, checked_params, SectionParams, RunConfig, result
 from .data import load_subtlememory, write_subtlememory
 import memlab.protocols.subtle.answer  # noqa: F401  (registers the oracle setting, the answer model and the offline reader)
 import memlab.protocols.subtle.judge   # noqa: F401  (registers the judges)
+from .judge import majority_vote
+from ...store import ResultsStore
 
 # %% auto #0
 __all__ = ['SETTINGS', 'SETTING_OF', 'SUBTLE_PARAMS', 'subtlememory_dataset', 'run_configs', 'query_frame', 'SubtleParams',
@@ -64,19 +66,24 @@ def run_configs(data_spec: dict, # the `subtlememory` dataset spec
 # %% ../../../nbs/protocols/subtle/05_protocol.ipynb #f8ef988d
 def query_frame(store, # a scored store of a SubtleMemory run
                 judge, # the judge object used (its pass is read)
-                instances: list[Instance] # the personas (relation fields)
+                instances: list[Instance], # the personas (relation fields)
+                vote: Optional[dict]=None # `majority_vote` options; None: the repository's rule (`MEMLAB_VOTE`: memlab's)
                ) -> pd.DataFrame:
-    "One row per rollout with a verdict: model, prompt, memory, setting, query and relation fields, correct (majority)."
-    fr = results_frame(store, judge)
+    "One row per rollout with a verdict: model, prompt, memory, setting, query and relation fields, correct (majority vote)."
+    store = store if isinstance(store, ResultsStore) else ResultsStore(store)
+    fr = results_frame(store, judge).drop(columns=['correct'])
+    sc = store.scores()
+    sc = sc[(sc['judge'] == judge.name) & (sc['judge_model'] == judge.model) & (sc['prompt_hash'] == judge.prompt_hash)]
+    fr = fr.merge(majority_vote(sc, **(vote or {}))[['rollout_id', 'correct']], on='rollout_id', how='left')
     meta = pd.DataFrame([dict(query_id=q.id, relation_type=q.meta['relation_type'], relation_subtype=q.meta['relation_subtype'],
                               column=q.meta['column'], source=q.meta['source'], persona=i.id) for i in instances for q in i.queries])
-    n_err, n_unj = int(fr['error'].notna().sum()), int((fr['error'].isna() & (fr['n_judged'].fillna(0) == 0)).sum())
-    fr = fr[fr['error'].isna() & (fr['n_judged'].fillna(0) > 0)].copy()
+    n_err, n_unj = int(fr['error'].notna().sum()), int((fr['error'].isna() & fr['correct'].isna()).sum())
+    fr = fr[fr['error'].isna() & fr['correct'].notna()].copy()
     tier = fr['policy'].str.extract(r'tier=(\w+)')[0]
     out = pd.DataFrame(dict(model=('reader-' + tier).where(tier.notna(), fr['policy_label']),   # the offline reader: by tier; a model: its label
                             prompt=fr['policy'].str.extract(r'prompt=(v\d)')[0].fillna('none'), memory=fr['memory'].where(fr['cond_evidence'] != SETTINGS['oracle'], 'oracle'),
                             setting=fr['cond_evidence'].map(SETTING_OF), query_id=fr['query_id'], instance_id=fr['instance_id'],
-                            correct=fr['correct'].astype(float) > 0.5, rollout_id=fr['rollout_id'], answer=fr['answer'],
+                            correct=fr['correct'].astype(bool), rollout_id=fr['rollout_id'], answer=fr['answer'],
                             policy_label=fr['policy_label']))
     out = out.merge(meta, on='query_id', how='left')
     out.attrs.update(n_error=n_err, n_unjudged=n_unj)

@@ -14,11 +14,12 @@ from .window import ERROR_PATTERNS, PAPER_PLACEHOLDER, REPOSITORY_PLACEHOLDER
 from .relevance import _SENT, _WORDS, _HEADING, search_query, relevance_order
 
 # %% auto #0
-__all__ = ['SUMMARIZATION_PROMPT', 'SUMMARIZATION_CLOSING', 'OFFLINE_SUMMARY_LABEL', 'STRUCTURED_SUMMARY_PROMPT',
-           'REPOSITORY_FIELDS', 'PAPER_CODING_FIELDS', 'DIALOGUE_FIELDS', 'SCHEMAS', 'SUMMARY_TOOL_NAME', 'ROUTES',
-           'OFFLINE_STATE_LABEL', 'NOT_EXTRACTED', 'truncate_event', 'summarization_prompt', 'salience',
+__all__ = ['SUMMARIZATION_PROMPT', 'SUMMARIZATION_CLOSING', 'SUMMARY_MARKER', 'OFFLINE_SUMMARY_LABEL',
+           'STRUCTURED_SUMMARY_PROMPT', 'REPOSITORY_FIELDS', 'PAPER_CODING_FIELDS', 'DIALOGUE_FIELDS', 'SCHEMAS',
+           'SUMMARY_TOOL_NAME', 'OFFICIAL_TOOL_CHOICE', 'STATE_SECTIONS', 'ROUTES', 'OFFLINE_STATE_LABEL',
+           'NOT_EXTRACTED', 'event_text', 'is_summary_message', 'truncate_event', 'summarization_prompt', 'salience',
            'event_sentences', 'salient_sentences', 'pick_lines', 'extractive_summary', 'make_summarizer',
-           'LLMSummarizing', 'summary_tool', 'render_state', 'StructuredSummary']
+           'LLMSummarizing', 'format_state_summary', 'summary_tool', 'render_state', 'StructuredSummary']
 
 # %% ../../../../nbs/protocols/memgym/condensers/04_summarizing.ipynb #5cfa6764
 SUMMARIZATION_PROMPT = """You are maintaining a context-aware state summary for an interactive agent.
@@ -69,6 +70,20 @@ COMPLETED: 15 haikus written for results [T,H,T,H,T,H,T,T,H,T,H,T,H,T,H]
 PENDING: 5 more haikus needed
 CURRENT_STATE: Last flip: Heads, Haiku count: 15/20"""
 SUMMARIZATION_CLOSING = "Now summarize the events using the rules above."
+SUMMARY_MARKER = '[Summary]'   # llm_summarizing.py: how a summary message is recognised in the view
+
+def event_text(m: Any # a message dict or a raw observation
+              ) -> str:
+    "A message's text as MemGym's `_get_message_content` gives it: `str(content)` when truthy, else ''; a raw value's `str`."
+    if isinstance(m, dict):
+        c = m.get('content', '')
+        return str(c) if c else ''
+    return str(m)
+
+def is_summary_message(m: Any # a message dict or a raw observation
+                      ) -> bool:
+    "MemGym's `_is_summary_message`: a dict whose string content carries `[Summary]` anywhere."
+    return isinstance(m, dict) and isinstance(m.get('content', ''), str) and SUMMARY_MARKER in m.get('content', '')
 
 def truncate_event(text: str, # an event's text
                    max_chars: int # longest text kept (MemGym: 20,000; OpenHands: 10,000)
@@ -84,9 +99,13 @@ def summarization_prompt(events: Sequence[dict], # the forgotten messages
                          prompt: str=SUMMARIZATION_PROMPT, # the instructions
                          closing: str=SUMMARIZATION_CLOSING # the last line ('' for the structured summary)
                         ) -> str:
-    "The summarizer's user message, assembled as MemGym does."
-    p = prompt + "\n\n" + f"<PREVIOUS SUMMARY>\n{truncate_event(previous_summary or '', max_event_length)}\n</PREVIOUS SUMMARY>\n" + "\n\n"
-    for i, m in enumerate(events): p += f"<EVENT id={i}>\n{truncate_event(content_text(m), max_event_length)}\n</EVENT>\n"
+    "The summarizer's user message, assembled as MemGym does (previous summary and events read as its view gives them)."
+    events = list(events)
+    if previous_summary is not None: prev = f'{SUMMARY_MARKER} {previous_summary}'   # the view's summary message
+    else: prev = event_text(events[0]) if events and is_summary_message(events[0]) else ''
+    p = prompt + "\n\n" + f"<PREVIOUS SUMMARY>\n{truncate_event(prev.replace(SUMMARY_MARKER, '').strip(), max_event_length)}\n</PREVIOUS SUMMARY>\n" + "\n\n"
+    for i, m in enumerate(m for m in events if not is_summary_message(m)):
+        p += f"<EVENT id={i}>\n{truncate_event(event_text(m), max_event_length)}\n</EVENT>\n"
     return p + closing
 
 # %% ../../../../nbs/protocols/memgym/condensers/04_summarizing.ipynb #d7107921
@@ -215,25 +234,25 @@ Capture all relevant information, especially:
 - Current state of code, variables, and data structures
 - The status of any version control operations"""
 
-REPOSITORY_FIELDS = {   # the repository's StateSummary (OpenHands'): 18 string fields
-    'user_context': 'Essential user requirements, goals and clarifications, concisely.',
-    'completed_tasks': 'Tasks completed so far, with brief results.',
-    'pending_tasks': 'Tasks that still need to be done.',
-    'current_state': 'Current variables, data structures or other relevant state.',
-    'files_modified': 'Files created or modified.',
-    'function_changes': 'Functions created or modified.',
-    'data_structures': 'Key data structures in use or modified.',
-    'tests_written': 'Whether tests were written for the changes: true, false or unknown.',
-    'tests_passing': 'Whether all tests pass now: true, false or unknown.',
-    'failing_tests': 'Names or descriptions of failing tests.',
-    'error_messages': 'Key error messages encountered.',
-    'branch_created': 'Whether a branch was created for this work: true, false or unknown.',
-    'branch_name': 'Name of the current working branch, if known.',
-    'commits_made': 'Whether commits were made: true, false or unknown.',
-    'pr_created': 'Whether a pull request was created: true, false or unknown.',
-    'pr_status': "Status of the pull request: 'draft', 'open', 'merged', 'closed' or 'unknown'.",
-    'dependencies': 'Dependencies or imports added or modified.',
-    'other_relevant_context': 'Any other important information that fits no field above.'}
+REPOSITORY_FIELDS = {   # structured_summary.py's STATE_SUMMARY_FIELDS (OpenHands' StateSummary), verbatim: 18 string fields
+    "user_context": "Essential user requirements, goals, and clarifications in concise form.",
+    "completed_tasks": "List of tasks completed so far with brief results.",
+    "pending_tasks": "List of tasks that still need to be done.",
+    "current_state": "Current variables, data structures, or other relevant state information.",
+    "files_modified": "List of files that have been created or modified.",
+    "function_changes": "List of functions that have been created or modified.",
+    "data_structures": "List of key data structures in use or modified.",
+    "tests_written": "Whether tests have been written for the changes. True, false, or unknown.",
+    "tests_passing": "Whether all tests are currently passing. True, false, or unknown.",
+    "failing_tests": "List of names or descriptions of any failing tests.",
+    "error_messages": "List of key error messages encountered.",
+    "branch_created": "Whether a branch has been created for this work. True, false, or unknown.",
+    "branch_name": "Name of the current working branch if known.",
+    "commits_made": "Whether any commits have been made. True, false, or unknown.",
+    "pr_created": "Whether a pull request has been created. True, false, or unknown.",
+    "pr_status": "Status of any pull request: 'draft', 'open', 'merged', 'closed', or 'unknown'.",
+    "dependencies": "List of dependencies or imports that have been added or modified.",
+    "other_relevant_context": "Any other important information that doesn't fit into the categories above."}
 PAPER_CODING_FIELDS = {   # seed 004 appendix E: the 17 coding fields
     'current_objective': 'What the agent is trying to achieve now.',
     'files_inspected': 'Files read so far.',
@@ -265,6 +284,23 @@ SCHEMAS = {'repository': (REPOSITORY_FIELDS, ['user_context', 'completed_tasks',
            'paper-coding': (PAPER_CODING_FIELDS, ['current_objective']),
            'dialogue': (DIALOGUE_FIELDS, ['user_goal', 'user_constraints', 'decisions_made', 'tool_calls_executed', 'next_action'])}
 SUMMARY_TOOL_NAME = 'create_state_summary'
+OFFICIAL_TOOL_CHOICE = {'type': 'function', 'function': {'name': SUMMARY_TOOL_NAME}}   # structured_summary.py's tool_choice
+STATE_SECTIONS = {   # OpenHands' StateSummary.__str__ (structured_summary.py `_format_state_summary`): section -> fields
+    'Core Information': ['user_context', 'completed_tasks', 'pending_tasks', 'current_state'],
+    'Code Changes': ['files_modified', 'function_changes', 'data_structures', 'dependencies'],
+    'Testing Status': ['tests_written', 'tests_passing', 'failing_tests', 'error_messages'],
+    'Version Control': ['branch_created', 'branch_name', 'commits_made', 'pr_created', 'pr_status'],
+    'Additional Context': ['other_relevant_context']}
+_TITLES = {'pr_created': 'PR Created', 'pr_status': 'PR Status'}
+
+def format_state_summary(fields: dict # the tool call's arguments (field -> value)
+                        ) -> str:
+    "The repository's rendering of a state summary: `# State Summary`, five `## ` sections, every field `**Title**: value`."
+    parts = ['# State Summary']
+    for section, names in STATE_SECTIONS.items():
+        parts.append(f'## {section}')
+        parts += [f"**{_TITLES.get(f, f.replace('_', ' ').title())}**: {format(fields.get(f, ''), '')}" for f in names]
+    return '\n\n'.join(parts)
 
 def _and(names: list[str]) -> str: return names[0] if len(names) == 1 else ', '.join(names[:-1]) + ', and ' + names[-1]
 
@@ -348,7 +384,8 @@ class StructuredSummary(LLMSummarizing):
                                          tool_choice=choice, max_tokens=self.text_budget(), temperature=0.0)
             args = next((c.arguments for c in r.tool_calls if c.name == SUMMARY_TOOL_NAME and isinstance(c.arguments, dict)), None)
             if args is None: extra['structured_fallback'] = True
-            text, model = render_state(args or {}, self.schema), _model_name(self.backend)
+            text = format_state_summary(args or {}) if self.schema == 'repository' else render_state(args or {}, self.schema)
+            model = _model_name(self.backend)
         text = clip_tokens(text, self.text_budget())
         return text, CondensationEvent(text, len(forgotten), summarization_model=model, summarization_time_seconds=time.perf_counter() - t,
                                        summarizer_prompt_tokens=usage.input_tokens, summarizer_completion_tokens=usage.output_tokens), extra

@@ -4,16 +4,18 @@
 
 # %% ../../../../nbs/protocols/memgym/official/01_dr.ipynb #e27e840b
 from __future__ import annotations
-import json, re
+import json, math, re
 from pydantic import ConfigDict, Field, model_validator
 from typing import Any, Callable, Literal, Optional, Sequence
 from ....core import NonEmptyStr, NonNegInt, PosInt, Record, RecordError, validate_record
 
 # %% auto #0
 __all__ = ['DISTRACTOR_SOURCES', 'ANSWER_JUDGE_PROMPT', 'ANSWER_JUDGE_SCHEMA', 'EVICTED_ANSWER_PROMPT', 'VISIBLE_DOCS_SECTION',
-           'NO_VISIBLE_DOCS', 'NO_NOTES_TAKEN', 'INSUFFICIENT', 'Document', 'SearchTurn', 'GroundingFact', 'Distractor',
-           'EvictionPolicy', 'ContextTokens', 'Rubric', 'DRInstance', 'validate_dr', 'format_documents',
-           'evicted_answer_prompt', 'answer_judge_prompt', 'doc_prompts', 'parse_answer', 'parse_judge', 'answer_judge']
+           'NO_VISIBLE_DOCS', 'NO_NOTES_TAKEN', 'INSUFFICIENT', 'ANSWER_JUDGE_SYSTEM', 'Document', 'SearchTurn',
+           'GroundingFact', 'Distractor', 'EvictionPolicy', 'ContextTokens', 'Rubric', 'DRInstance', 'validate_dr',
+           'format_documents', 'evicted_answer_prompt', 'answer_judge_prompt', 'doc_prompts', 'official_answer',
+           'render_answer', 'parse_answer', 'judge_messages', 'extract_json', 'official_judge_score', 'parse_judge',
+           'parse_judge_strict', 'answer_judge']
 
 # %% ../../../../nbs/protocols/memgym/official/01_dr.ipynb #5c4effcf
 class _DR(Record):
@@ -230,36 +232,83 @@ def doc_prompts(text: str # the text of protocol-prompts.md
     out['visible_documents_section'] = rule.strip()
     return out
 
-# %% ../../../../nbs/protocols/memgym/official/01_dr.ipynb #af178bef
-def _unfence(s: str) -> str:
-    "The reply without one surrounding ``` fence."
-    m = re.match(r'^```[a-zA-Z]*\s*(.*?)\s*```$', s.strip(), re.S)
-    return m[1] if m else s
+# %% ../../../../nbs/protocols/memgym/official/01_dr.ipynb #702050a9
+def official_answer(reply: Optional[str] # the answer model's reply
+                   ) -> tuple[Any, Optional[str]]:
+    "(the answer as eval/agent.py holds it, None), or (None, the name of the exception eval/agent.py raises on this reply)."
+    if not isinstance(reply, str): return None, 'TypeError'            # json.loads(None)
+    try: data = json.loads(reply)
+    except json.JSONDecodeError: return reply.strip(), None
+    if not isinstance(data, dict): return None, 'AttributeError'        # data.get on a list, a string, a number
+    return data.get('answer', ''), None
+
+def render_answer(value: Any # an answer as `official_answer` gives it
+                 ) -> str:
+    "The text the judge prompt gets for `{predicted_answer}` (`str.format`'s rendering); '' for a falsy answer (scored 0 unjudged)."
+    return format(value, '') if value else ''
 
 def parse_answer(reply: Optional[str] # the answer model's reply
                 ) -> str:
-    "The answer of a reply: the JSON object's `answer`, else the reply's stripped text (eval/agent.py's fallback)."
-    if not isinstance(reply, str): return ''
-    try: data = json.loads(reply)
-    except json.JSONDecodeError: return reply.strip()
-    if not isinstance(data, dict): return reply.strip()
-    a = data.get('answer', '')
-    return '' if a is None else (a if isinstance(a, str) else json.dumps(a)).strip()
+    "The answer as it reaches the official judge; where eval/agent.py raises, memlab's fallback: the reply stripped."
+    value, err = official_answer(reply)
+    if err: return reply.strip() if isinstance(reply, str) else ''
+    return render_answer(value)
 
+# %% ../../../../nbs/protocols/memgym/official/01_dr.ipynb #b210a202
+ANSWER_JUDGE_SYSTEM = 'You must respond with valid JSON.'   # llm/client.py _build_args: a call with a response format and no system prompt
+
+def judge_messages(prompt: str # a filled ANSWER_JUDGE_PROMPT
+                  ) -> list[dict]:
+    "The judge call's messages as llm/client.py sends them: the JSON system line, then the prompt."
+    return [{'role': 'system', 'content': ANSWER_JUDGE_SYSTEM}, {'role': 'user', 'content': prompt}]
+
+_FENCE = re.compile(r'```(?:json)?\s*(.*?)\s*```', re.S)
+
+def extract_json(text: str # a reply
+                ) -> Any:
+    "llm/client.py's reading of a JSON reply: the stripped text as JSON, else the first ``` or ```json fence anywhere, else {}."
+    text = text.strip()
+    try: return json.loads(text)
+    except json.JSONDecodeError: pass
+    m = _FENCE.search(text)
+    if m:
+        try: return json.loads(m[1].strip())
+        except json.JSONDecodeError: pass
+    return {}
+
+def official_judge_score(reply: Optional[str] # the answer judge's reply
+                        ) -> tuple[Any, Optional[str]]:
+    "(the score as eval/agent.py holds it, `.get('score', 0.0)` of the extracted JSON, None), or (None, the exception it raises)."
+    if not isinstance(reply, str): return None, 'AttributeError'        # None.strip()
+    data = extract_json(reply)
+    if not isinstance(data, dict): return None, 'AttributeError'
+    return data.get('score', 0.0), None
+
+# %% ../../../../nbs/protocols/memgym/official/01_dr.ipynb #8a46b84b
 def parse_judge(reply: Optional[str] # the answer judge's reply
                ) -> Optional[float]:
-    "The judge's score in [0, 1], or None when the reply has none (never scored)."
+    "The official judge's score as a float (no score: 0.0; booleans 0/1; out-of-range and NaN kept); None where the official raises."
+    s, err = official_judge_score(reply)
+    if err or isinstance(s, str) or not isinstance(s, (int, float)): return None
+    return float(s)
+
+def parse_judge_strict(reply: Optional[str] # the answer judge's reply
+                      ) -> Optional[float]:
+    "memlab's own reading: the score when it is a number in [0, 1] (a whole-reply fence accepted), else None (never scored)."
     if not isinstance(reply, str): return None
-    try: data = json.loads(_unfence(reply))
+    m = re.match(r'^```[a-zA-Z]*\s*(.*?)\s*```$', reply.strip(), re.S)
+    try: data = json.loads(m[1] if m else reply)
     except json.JSONDecodeError: return None
     s = data.get('score') if isinstance(data, dict) else None
     if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0 <= s <= 1: return None
     return float(s)
 
-def answer_judge(complete: Callable[[str], str] # prompt -> reply (temperature 0, ANSWER_JUDGE_SCHEMA as response format)
+def answer_judge(complete: Callable[[str], str], # prompt -> reply (temperature 0, ANSWER_JUDGE_SCHEMA as response format, `judge_messages`)
+                 strict: bool=False # True: memlab's `parse_judge_strict` instead of the official reading
                 ) -> Callable[[str, str, str], Optional[float]]:
     "A judge `(gold, predicted, question) -> score or None` asking `complete` with ANSWER_JUDGE_PROMPT."
+    read = parse_judge_strict if strict else parse_judge
     def judge(gold: str, predicted: str, question: str) -> Optional[float]:
-        return parse_judge(complete(answer_judge_prompt(gold, predicted, question)))
-    judge.label = getattr(complete, 'label', 'llm answer judge')
+        return read(complete(answer_judge_prompt(gold, predicted, question)))
+    judge.label = getattr(complete, 'label', 'llm answer judge') + (' (strict)' if strict else '')
     return judge
