@@ -7,7 +7,7 @@ from memlab.protocols.memgym.protocol import (memgym_dr_dataset, memgym_codeqa_d
                                               instance_frame, MemGymOfflineJudge, EPISODE_COLUMNS)
 
 STRATEGIES = ['none', 'sliding-window', 'observation-masking', 'llm-summarizing', 'structured-summary', 'bm25-notes', 'dense-notes',
-              'amem-notes', 'pipeline']
+              'amem-notes', 'pipeline', 'ir-summarizing', 'ir-structured']
 
 
 def _spec(name):

@@ -252,8 +252,9 @@ def test_schemas_have_the_documented_fields():
         assert all(p['type'] == 'string' for p in t['parameters']['properties'].values()) and t['parameters']['required'] == required
 
 
-@pytest.mark.parametrize('provider,choice', [('openai', 'required'), ('anthropic', 'any')])
+@pytest.mark.parametrize('provider,choice', [('openai', S.OFFICIAL_TOOL_CHOICE), ('anthropic', 'any')])
 def test_structured_summary_forces_the_function_call(provider, choice):
+    "The official's named function for OpenAI-style backends; Anthropic 'any' (providers.py sends {'type': choice}: no named tool)."
     args = {'current_objective': 'fix float repr', 'files_modified': 'card.py', 'blockers': 'none'}
     fake = FakeBackend(provider, tool_args=args)
     f = run(make('structured-summary', max_size=10, summarizer=fake, schema='paper-coding'), H[:11])[-1]
@@ -264,6 +265,18 @@ def test_structured_summary_forces_the_function_call(provider, choice):
     assert f.content[1]['content'] == '[Summary] ' + S.render_state(args, 'paper-coding')
     assert '**Current Objective**: fix float repr' in f.content[1]['content'] and 'Hypotheses' not in f.content[1]['content']
 
+
+
+@pytest.mark.parametrize('provider,choice', [('openai', S.IR_TOOL_CHOICE), ('anthropic', 'any')])
+def test_ir_structured_forces_the_named_function(provider, choice):
+    "The DR track's ir_structured: create_research_summary named (OpenAI-style), its system line, the formatted call in the view."
+    args = {'research_question': 'Who founded it?', 'bridge_connections': ['Kask founded Velmora'], 'candidate_answer': 'Oren Kask'}
+    fake = FakeBackend(provider, tool_args=args)
+    h = [u('Research question: Who founded it?')] + [u(f'=== Turn {k}: hop ===\n\nfact {k}') for k in range(1, 5)]
+    f = run(make('ir-structured', max_size=3, summarizer=fake), h)[-1]
+    (c,) = fake.calls
+    assert c['tools'] == [S.IR_SUMMARY_TOOL] and c['tool_choice'] == choice and c['messages'][0]['content'] == S.IR_STRUCTURED_SYSTEM
+    assert f.content[:2] == [h[0], u(S.IR_STATE_BLOCK + S.format_research_summary(args))] and f.content[2:] == h[3:]
 
 def test_structured_summary_offline_fills_fields_and_rolls():
     h = [SYS, u('Fix the float repr in card.py for issue 7.'), call('c1'),

@@ -1,5 +1,6 @@
-"""MemGym (issue 23, items 3 and 7): memlab reads DR replies, fills the summarizers' and CodeQA's prompts and computes
-CodeQA's metrics as the official code does, checked against the official functions' outputs recorded by
+"""MemGym (issue 23, items 3 and 7, and the remainder): memlab reads DR replies, fills the summarizers' (the SWE ones and the
+DR track's own ir_summarizing / ir_structured) and CodeQA's prompts and computes CodeQA's metrics (answer similarity and
+the report included) as the official code does, checked against the official functions' outputs recorded by
 `tests/fixtures/official/record_memgym.py` (WujiangXu/MemGym @ 6139728b / ef6f6d8f / 36612b7c)."""
 import hashlib, importlib.util, json, math
 from collections import Counter
@@ -37,7 +38,9 @@ def test_fixture_provenance():
     for name, commit in (('memgym_dr.json', '6139728be6a64299645cf131f81ac289ec2bd546'),
                          ('memgym_dr_notes.json', '36612b7c546fa30dd3295a4f494ba6be560b480f'),
                          ('memgym_summarizer.json', 'ef6f6d8f2ffb301a7a789119989f710114ff6078'),
-                         ('memgym_codeqa.json', '6139728be6a64299645cf131f81ac289ec2bd546')):
+                         ('memgym_codeqa.json', '6139728be6a64299645cf131f81ac289ec2bd546'),
+                         ('memgym_ir_summarizer.json', '6139728be6a64299645cf131f81ac289ec2bd546'),
+                         ('memgym_codeqa_similarity.json', '6139728be6a64299645cf131f81ac289ec2bd546')):
         d = _fixture(name)
         assert (d['source'], d['commit']) == ('WujiangXu/MemGym', commit) and d['function'] and len(d['inputs']) == len(d['outputs'])
 
@@ -137,7 +140,7 @@ def test_structured_tool_and_summary_as_official():
     "The create_state_summary tool (descriptions verbatim) and the summary text the structured strategy inserts."
     d = _fixture('memgym_summarizer.json')
     assert [S.summary_tool('repository')] == d['structured_tool']['tools']
-    assert S.OFFICIAL_TOOL_CHOICE == d['structured_tool']['tool_choice']   # memlab sends 'required': with this one tool, the same forced call
+    assert S.OFFICIAL_TOOL_CHOICE == d['structured_tool']['tool_choice']   # what memlab sends to OpenAI-style backends (Anthropic: 'any')
     bad = [(c['tool_args'], o['structured']['summary'][:80]) for c, o in zip(d['inputs'], d['outputs'])
            if '[Summary] ' + S.format_state_summary(json.loads(c['tool_args'])) != o['structured']['summary']]
     _report(bad, len(d['inputs']), 'structured summaries')
@@ -251,3 +254,89 @@ def test_codeqa_keyword_metrics_as_official():
         diff = [m for m in METRICS if not (got[m] == pytest.approx(want[m]))]
         if diff: bad.append((k, diff))
     _report(bad, len(d['inputs']), 'instances (keyword metrics)')
+
+
+# ------------------------------------------------------------------ remainder, item 1: the DR track's ir_summarizing / ir_structured
+class _Scripted:
+    "A memlab summarizer backend answering with a case's scripted replies, as memlab's OpenAI backend would parse them."
+    model, provider = 'scripted', 'openai'
+    def __init__(self, replies): self.replies, self.calls = list(replies), []
+    def chat(self, messages, tools=None, tool_choice=None, **params):
+        from memlab.core import Usage
+        from memlab.llm import ChatResponse, ToolCall
+        from memlab.backends import MalformedReply
+        self.calls.append(dict(messages=messages, tools=tools, tool_choice=tool_choice, **params))
+        rep = self.replies.pop(0)
+        if rep.get('raise'): raise RuntimeError('scripted summarizer error')
+        if 'tool' in rep:
+            try: args = json.loads(rep['tool'])
+            except json.JSONDecodeError as e: raise MalformedReply('tool arguments are not JSON') from e   # providers.py's parse
+            r = ChatResponse(None, [ToolCall('t1', 'create_research_summary', args)], 0, 0)
+        else: r = ChatResponse(rep['content'], [], 0, 0)
+        return r, Usage()
+
+
+def _ir_run(case, key):
+    "memlab's IR manager on a case: its calls and, per observation, (block sha or None, observations kept, notes sha)."
+    from memlab.protocols.memgym.contract import make_manager
+    name, replies = {'llm': ('ir-summarizing', 'llm_replies'), 'structured': ('ir-structured', 'structured_replies')}[key]
+    fake = _Scripted(case[replies])
+    m = make_manager(name, max_size=case['max_size'], keep_first=case['keep_first'], condensation_ratio=case['condensation_ratio'], summarizer=fake)
+    m.reset(); m.set_episode_state(question=case['question'])
+    h, steps = [{'role': 'user', 'content': 'Research question: ' + case['question']}], []
+    for o in case['observations']:
+        h.append({'role': 'user', 'content': o})
+        f = m.manage_context(list(h), h[-1], {'step': len(h) - 1})
+        view = f.content[1:]
+        block = view[0]['content'] if m.summary else None
+        steps.append(dict(block=None if block is None else _sha(block), kept=len(view) - (block is not None), notes=_sha(m.notes_text(f.content)),
+                          condensations=f.metadata['condensations']))
+    calls = [dict(system=c['messages'][0]['content'], roles=[x['role'] for x in c['messages']], prompt=_sha(c['messages'][1]['content']),
+                  temperature=c['temperature'], max_tokens=c['max_tokens'], tools=c['tools'] is not None) for c in fake.calls]
+    return calls, steps, fake.calls
+
+
+def test_ir_summarizer_tool_and_prompt_as_official():
+    "The IR prompt and the create_research_summary tool are the repository's, and memlab names the function as it does (OpenAI-style)."
+    d = _fixture('memgym_ir_summarizer.json')
+    assert (d['source'], d['commit']) == ('WujiangXu/MemGym', '6139728be6a64299645cf131f81ac289ec2bd546') and len(d['inputs']) == len(d['outputs'])
+    assert S.IR_SUMMARIZATION_PROMPT == d['prompt']
+    assert [S.IR_SUMMARY_TOOL] == d['structured_tool']['tools'] and S.IR_TOOL_CHOICE == d['structured_tool']['tool_choice']
+
+
+@pytest.mark.parametrize('key', ['llm', 'structured'])
+def test_ir_summarizers_as_official(key):
+    "Every summarizer call (system line, prompt, temperature, max_tokens) and every step's view and notes, as the official IR managers'."
+    rec = _recorder()
+    d = _fixture('memgym_ir_summarizer.json')
+    bad, n_calls, n_blocks = [], 0, 0
+    for k, o in zip(d['inputs'], d['outputs']):
+        calls, steps, raw = _ir_run(rec.ir_case(k), key)
+        want_calls = [{x: c[x] for x in ('system', 'roles', 'prompt', 'temperature', 'max_tokens', 'tools')} for c in o[key]['calls']]
+        want_steps = [{x: s[x] for x in ('block', 'kept', 'notes', 'condensations')} for s in o[key]['steps']]
+        n_calls += len(want_calls); n_blocks += sum(s['block'] is not None for s in want_steps)
+        if calls != want_calls or steps != want_steps:
+            full = [c.get('full') for c in o[key]['calls']]
+            bad.append((k, sum(a != b for a, b in zip(calls, want_calls)) + abs(len(calls) - len(want_calls)),
+                        sum(a != b for a, b in zip(steps, want_steps)), full[:1], [c['messages'][1]['content'] for c in raw][:1]))
+    assert n_calls > 300 and n_blocks > 400
+    _report(bad, len(d['inputs']), f'{key} IR histories')
+
+
+# ------------------------------------------------------------------ remainder, item 2: score_answer_similarity, format_report
+def test_codeqa_answer_similarity_as_official():
+    "score.py `score_answer_similarity` on generated (candidate, gold) pairs: memlab's `answer_similarity`."
+    rec = _recorder()
+    d = _fixture('memgym_codeqa_similarity.json')
+    bad = [(k, got, want) for k, want in zip(d['inputs'], d['outputs']) if (got := CQ.answer_similarity(*rec.similarity_case(k))) != pytest.approx(want)]
+    assert sum(x > 0 for x in d['outputs']) > 500 and sum(x == 0 for x in d['outputs']) > 100
+    _report(bad, len(d['inputs']), 'similarity pairs')
+
+
+def test_codeqa_report_as_official():
+    "score.py `format_report` on generated lists of instance results: memlab's `official_report`, character for character."
+    rec = _recorder()
+    d = _fixture('memgym_codeqa_similarity.json')
+    bad = [k for k, want in enumerate(d['reports']) if CQ.official_report(rec.report_case(k)) != want]
+    assert any('Category Breakdown' in r for r in d['reports']) and 'No results to report.' in d['reports']
+    _report(bad, len(d['reports']), 'reports')

@@ -21,8 +21,9 @@ from .offline.codeqa import (TERM_RECALL, key_tokens, carries, offline_fact_judg
     offline_noise_judge, INSUFFICIENT, parse_prompt, evidence_units, OfflineCodeQAReasoner)
 
 # %% auto #0
-__all__ = ['CORRECT_AT', 'VERDICTS', 'CHECKS', 'score_pair', 'score_instance', 'keyword_fact_judge', 'keyword_noise_judge',
-           'official_metrics', 'keyword_metrics', 'verify_pair', 'verify_all', 'table10']
+__all__ = ['CORRECT_AT', 'SIMILARITY_STOPWORDS', 'REPORT_METRICS', 'VERDICTS', 'CHECKS', 'score_pair', 'score_instance',
+           'keyword_fact_judge', 'keyword_noise_judge', 'official_metrics', 'keyword_metrics', 'answer_similarity',
+           'official_report', 'verify_pair', 'verify_all', 'table10']
 
 # %% ../../../nbs/protocols/memgym/04_codeqa.ipynb #7806e640
 CORRECT_AT = 0.5   # score.py aggregate_scores: a pair is correct when its score is at least 0.5
@@ -111,6 +112,39 @@ def keyword_metrics(inst: CodingQAInstance,
                    ) -> dict:
     "`official_metrics` with the repository's keyword scoring (`evaluate_*(use_llm_scoring=False)`)."
     return official_metrics(inst, answers, keyword_fact_judge, keyword_noise_judge(inst.grounding_facts))
+
+# %% ../../../nbs/protocols/memgym/04_codeqa.ipynb #0b09ae6b
+SIMILARITY_STOPWORDS = frozenset({   # score.py's _STOPWORDS: programming words that are no evidence of similarity
+    'function', 'method', 'class', 'return', 'value', 'default', 'should', 'would', 'called', 'instead', 'because', 'which',
+    'about', 'given', 'expected', 'behavior', 'result', 'parameter', 'object', 'instance', 'error', 'raises', 'returns',
+    'implementation', 'abstract', 'concrete', 'based', 'using', 'check', 'verify', 'validate', 'where', 'there', 'their',
+    'these', 'those', 'other', 'after', 'before', 'first', 'second', 'however', 'therefore', 'specific', 'actual'})
+
+def answer_similarity(candidate: str, # the answer
+                      gold_answer: str # the gold answer
+                     ) -> float:
+    "score.py `score_answer_similarity`: the share of the gold answer's long non-stopword words found in the candidate (0 when none)."
+    terms = [t for t in _long_words(gold_answer) if t not in SIMILARITY_STOPWORDS]
+    return sum(t in candidate.lower() for t in terms) / len(terms) if terms else 0.0
+
+REPORT_METRICS = [('Fact Recall (overall)', 'fact_recall'), ('Critical Fact Recall', 'critical_fact_recall'),
+                  ('External Fact Recall', 'external_fact_recall'), ('Discoverable Fact Recall', 'discoverable_fact_recall'),
+                  ('Noise Rejection', 'noise_rejection'), ('QA Accuracy', 'qa_accuracy')]
+
+def official_report(results: list[dict] # per instance, `official_metrics` (or anything with its six metrics and category_breakdown)
+                   ) -> str:
+    "score.py `format_report`: mean, min and max of the six metrics over instances, then each category's mean recall."
+    if not results: return 'No results to report.'
+    lines = [f'Coding QA Evaluation Report ({len(results)} instances)', '=' * 60, '', f"{'Metric':<35} {'Avg':>8} {'Min':>8} {'Max':>8}", '-' * 60]
+    for name, key in REPORT_METRICS:
+        v = [r[key] for r in results]
+        lines.append(f'{name:<35} {sum(v) / len(v):>7.1%} {min(v):>7.1%} {max(v):>7.1%}')
+    cats = {}
+    for r in results:
+        for c, s in r['category_breakdown'].items(): cats.setdefault(c, []).append(s)
+    if cats: lines += ['', 'Category Breakdown (avg recall)', '-' * 40] + [f'  {c:<30} {sum(v) / len(v):>7.1%}' for c, v in sorted(cats.items())]
+    return '\n'.join(lines)
+
 
 # %% ../../../nbs/protocols/memgym/04_codeqa.ipynb #e4bc8eb8
 VERDICTS = ('valid', 'broken', 'confusable', 'leaky', 'confusable_and_leaky', 'unscored')

@@ -20,8 +20,9 @@ from .offline.dr import (RELATION_WORDS, VALUE_RELATIONS, parse_question,
     parse_evicted_prompt, OfflineDRReasoner, _norm, offline_answer_score)
 
 # %% auto #0
-__all__ = ['CRITERIA', 'UNPARSED', 'NO_NOTES', 'LONG_CONTEXT_WINDOW', 'verify_scores', 'all_memory_notes', 'all_memory_prompt',
-           'no_memory_prompt', 'long_context_docs', 'long_context_prompt', 'verify', 'verify_all', 'note_fact_recall']
+__all__ = ['CRITERIA', 'UNPARSED', 'NO_NOTES', 'LONG_CONTEXT_WINDOW', 'DR_STRATEGIES', 'verify_scores', 'all_memory_notes',
+           'all_memory_prompt', 'no_memory_prompt', 'long_context_docs', 'long_context_prompt', 'verify', 'verify_all',
+           'note_fact_recall', 'dr_strategy_spec']
 
 # %% ../../../nbs/protocols/memgym/03_dr.ipynb #7aa1feb5
 CRITERIA = {'score_all_memory >= 0.85': lambda a, l, n: a >= 0.85,
@@ -136,3 +137,18 @@ def note_fact_recall(notes: Optional[str], # the strategy's final notes
         if terms and sum(t in low for t in terms) / len(terms) >= 0.4: n += 1
         if f.intermediate_answer and f.intermediate_answer.lower() in low: n = min(n + 1, len(need))
     return n / len(need)
+
+# %% ../../../nbs/protocols/memgym/03_dr.ipynb #aae992e3
+DR_STRATEGIES = {'llm-summarizing': 'ir-summarizing', 'structured-summary': 'ir-structured'}   # eval/agent.py's ir_summarizing / ir_structured
+
+def dr_strategy_spec(spec: dict # a context-manager spec, e.g. {'name': 'llm-summarizing', 'max_size': 10, 'summarizer': ...}
+                    ) -> dict:
+    "The spec this track runs: the SWE summaries replaced by the track's IR managers, with the settings those take."
+    import inspect
+    import memlab.protocols.memgym.strategies  # noqa: F401  (registers the strategies)
+    from memlab.protocols.memgym.contract import MANAGERS
+    name = DR_STRATEGIES.get(spec['name'])
+    if name is None: return dict(spec)
+    takes = inspect.signature(MANAGERS.get_impl(name).__init__).parameters
+    return {'name': name, **{k: v for k, v in spec.items() if k != 'name' and k in takes}}
+

@@ -8,8 +8,8 @@ import re, time
 from typing import Any, Optional, Sequence
 from ....core import Usage
 from ....llm import make_backend
-from ..contract import MANAGERS, CondensationEvent, count_tokens
-from .base import RollingStrategy, content_text, clip_tokens
+from ..contract import MANAGERS, CondensationEvent, FilteredContext, count_tokens
+from .base import Strategy, RollingStrategy, content_text, clip_tokens
 from .window import ERROR_PATTERNS, PAPER_PLACEHOLDER, REPOSITORY_PLACEHOLDER
 from .relevance import _SENT, _WORDS, _HEADING, search_query, relevance_order
 
@@ -17,9 +17,13 @@ from .relevance import _SENT, _WORDS, _HEADING, search_query, relevance_order
 __all__ = ['SUMMARIZATION_PROMPT', 'SUMMARIZATION_CLOSING', 'SUMMARY_MARKER', 'OFFLINE_SUMMARY_LABEL',
            'STRUCTURED_SUMMARY_PROMPT', 'REPOSITORY_FIELDS', 'PAPER_CODING_FIELDS', 'DIALOGUE_FIELDS', 'SCHEMAS',
            'SUMMARY_TOOL_NAME', 'OFFICIAL_TOOL_CHOICE', 'STATE_SECTIONS', 'ROUTES', 'OFFLINE_STATE_LABEL',
-           'NOT_EXTRACTED', 'event_text', 'is_summary_message', 'truncate_event', 'summarization_prompt', 'salience',
-           'event_sentences', 'salient_sentences', 'pick_lines', 'extractive_summary', 'make_summarizer',
-           'LLMSummarizing', 'format_state_summary', 'summary_tool', 'render_state', 'StructuredSummary']
+           'NOT_EXTRACTED', 'IR_SUMMARIZATION_PROMPT', 'IR_SUMMARIZER_SYSTEM', 'IR_STRUCTURED_SYSTEM',
+           'IR_SUMMARY_BLOCK', 'IR_STATE_BLOCK', 'IR_NO_SUMMARY', 'IR_SUMMARY_TOKENS', 'IR_FALLBACK_CHARS',
+           'IR_CONTENT_CHARS', 'IR_TOOL_NAME', 'IR_SUMMARY_TOOL', 'IR_TOOL_CHOICE', 'event_text', 'is_summary_message',
+           'truncate_event', 'summarization_prompt', 'salience', 'event_sentences', 'salient_sentences', 'pick_lines',
+           'extractive_summary', 'make_summarizer', 'LLMSummarizing', 'format_state_summary', 'summary_tool',
+           'render_state', 'StructuredSummary', 'ir_forgotten_text', 'ir_summarization_prompt', 'ir_structured_prompt',
+           'format_research_summary', 'IRSummarizing', 'IRStructured']
 
 # %% ../../../../nbs/protocols/memgym/condensers/04_summarizing.ipynb #5cfa6764
 SUMMARIZATION_PROMPT = """You are maintaining a context-aware state summary for an interactive agent.
@@ -379,7 +383,7 @@ class StructuredSummary(LLMSummarizing):
             text, model, usage = render_state(self.offline_fields(forgotten), self.schema, OFFLINE_STATE_LABEL), 'offline-extractive', Usage()
         else:
             prompt = summarization_prompt(forgotten, previous, self.max_event_length, STRUCTURED_SUMMARY_PROMPT, closing='')
-            choice = 'any' if getattr(self.backend, 'provider', '') == 'anthropic' else 'required'
+            choice = 'any' if getattr(self.backend, 'provider', '') == 'anthropic' else OFFICIAL_TOOL_CHOICE   # providers.py sends Anthropic {'type': choice}
             r, usage = self.backend.chat(messages=[{'role': 'user', 'content': prompt}], tools=[summary_tool(self.schema)],
                                          tool_choice=choice, max_tokens=self.text_budget(), temperature=0.0)
             args = next((c.arguments for c in r.tool_calls if c.name == SUMMARY_TOOL_NAME and isinstance(c.arguments, dict)), None)
@@ -389,3 +393,162 @@ class StructuredSummary(LLMSummarizing):
         text = clip_tokens(text, self.text_budget())
         return text, CondensationEvent(text, len(forgotten), summarization_model=model, summarization_time_seconds=time.perf_counter() - t,
                                        summarizer_prompt_tokens=usage.input_tokens, summarizer_completion_tokens=usage.output_tokens), extra
+
+# %% ../../../../nbs/protocols/memgym/condensers/04_summarizing.ipynb #52718c9e
+IR_SUMMARIZATION_PROMPT = """\
+You are summarizing a research agent's investigation so far. The agent is \
+searching the web to answer a complex multi-hop question. Some of the earlier \
+search results are being evicted from context — your summary must preserve \
+the critical information.
+
+RESEARCH QUESTION: {question}
+
+PREVIOUS SUMMARY (if any):
+{previous_summary}
+
+SEARCH RESULTS BEING EVICTED:
+{forgotten_text}
+
+Create a concise summary that preserves:
+1. ENTITIES FOUND — specific names, dates, numbers discovered
+2. BRIDGE FACTS — facts that connect one entity to another (critical for multi-hop)
+3. KEY EVIDENCE — facts that directly help answer the question
+4. CANDIDATE ANSWER — best current answer based on evidence so far
+5. CONTRADICTIONS — conflicting information found across sources
+6. UNRESOLVED — what still needs to be searched
+
+Be specific and factual. Do NOT include vague statements like "several sources were found".
+Include exact names, dates, and relationships.
+"""   # memory/ir/ir_summarizing.py, verbatim
+IR_SUMMARIZER_SYSTEM = 'You are a research summarizer. Be concise and factual.'          # ir_summarizing.py's system line
+IR_STRUCTURED_SYSTEM = 'You are a research summarizer. Extract structured facts.'        # ir_structured_summary.py's system line
+IR_SUMMARY_BLOCK, IR_STATE_BLOCK = '[RESEARCH SUMMARY]\n', '[STRUCTURED RESEARCH STATE]\n'   # how each inserts its summary in the view
+IR_NO_SUMMARY = '(none)'              # the previous summary before the first one
+IR_SUMMARY_TOKENS = 1000              # both summarizer calls' max_tokens
+IR_FALLBACK_CHARS, IR_CONTENT_CHARS = 2000, 1000   # the error fallback's cut; the structured no-tool-call fallback's cut of the forgotten text
+IR_TOOL_NAME = 'create_research_summary'
+_IR_LIST = lambda d: {'type': 'array', 'items': {'type': 'string'}, 'description': d}
+IR_SUMMARY_TOOL = {'type': 'function', 'function': {   # ir_structured_summary.py's IR_SUMMARY_TOOL, verbatim
+    'name': IR_TOOL_NAME, 'description': 'Create a structured summary of research progress',
+    'parameters': {'type': 'object', 'properties': {
+        'research_question': {'type': 'string', 'description': 'The main question being investigated'},
+        'entities_discovered': _IR_LIST('Specific entities (people, places, orgs, dates) found so far'),
+        'bridge_connections': _IR_LIST("Facts connecting one entity to another (e.g., 'X was born in Y')"),
+        'key_evidence': _IR_LIST('Facts that directly help answer the question'),
+        'candidate_answer': {'type': 'string', 'description': 'Best current answer based on evidence so far'},
+        'contradictions': _IR_LIST('Conflicting information found across sources'),
+        'unresolved_gaps': _IR_LIST('What still needs to be searched or verified')},
+        'required': ['research_question', 'entities_discovered', 'bridge_connections', 'key_evidence', 'candidate_answer',
+                     'contradictions', 'unresolved_gaps']}}}
+IR_TOOL_CHOICE = {'type': 'function', 'function': {'name': IR_TOOL_NAME}}   # the official's named-function tool_choice
+
+def ir_forgotten_text(events: Sequence[Any] # the forgotten observations (messages or raw texts)
+                     ) -> str:
+    "The observations being summarized, as the official joins them: each one's text, blank-line separated."
+    return '\n\n'.join(content_text(m) for m in events)
+
+def ir_summarization_prompt(question: str, # the research question
+                            previous: str, # the previous summary ('' before the first)
+                            forgotten: str # `ir_forgotten_text` of the forgotten observations
+                           ) -> str:
+    "`ir_summarizing`'s user prompt, filled as the official fills it."
+    return IR_SUMMARIZATION_PROMPT.format(question=question, previous_summary=previous or IR_NO_SUMMARY, forgotten_text=forgotten)
+
+def ir_structured_prompt(question: str, # the research question
+                         previous: str, # the previous summary text ('' before the first)
+                         forgotten: str # `ir_forgotten_text` of the forgotten observations
+                        ) -> str:
+    "`ir_structured`'s user prompt (an f-string in the repository), filled."
+    return (f"Summarize this research progress into a structured format.\n\nResearch question: {question}\n\n"
+            f"Previous state:\n{previous or IR_NO_SUMMARY}\n\nNew information being summarized:\n{forgotten}\n\n"
+            f"Call the {IR_TOOL_NAME} function with the updated state.")
+
+_IR_SECTIONS = [('entities_discovered', 'ENTITIES'), ('bridge_connections', 'BRIDGE CONNECTIONS'), ('key_evidence', 'KEY EVIDENCE'),
+                ('candidate_answer', None), ('contradictions', 'CONTRADICTIONS'), ('unresolved_gaps', 'UNRESOLVED')]
+
+def format_research_summary(data: dict # the tool call's arguments
+                           ) -> str:
+    "`_format_research_summary`: the question line, then each non-empty list as `TITLE (n):` and `  - item` lines (raises where it raises)."
+    lines = [f"RESEARCH QUESTION: {format(data.get('research_question', '?'), '')}"]
+    for key, title in _IR_SECTIONS:
+        v = data.get(key, '' if title is None else [])
+        if not v: continue
+        if title is None: lines.append(f"\nCANDIDATE ANSWER: {format(v, '')}"); continue
+        lines.append(f'\n{title} ({len(v)}):')          # len() of a number raises TypeError, as the official's does
+        lines += [f"  - {format(x, '')}" for x in v]
+    return '\n'.join(lines)
+
+
+# %% ../../../../nbs/protocols/memgym/condensers/04_summarizing.ipynb #0bb84b11
+@MANAGERS.register('ir-summarizing')
+class IRSummarizing(Strategy):
+    "The DR track's own rolling summary (MemGym `ir_summarizing`): past `max_size` observations, the oldest become a research summary."
+    kind, llm = 'summary', 'LLM (summarizer=spec) or offline extractive (summarizer=None)'
+    block, rolling = IR_SUMMARY_BLOCK, True   # rolling: it reads positions of an append-only input (one per pipeline)
+    def __init__(self, max_size: Optional[int]=10, # compaction trigger: more observations than this (official default; the DR run auto-scales it)
+                 max_tokens: Optional[int]=None, # recorded only: the official IR managers have no token trigger
+                 keep_first: int=1, # the official's floor on the observations a compaction keeps (not a pinned head)
+                 condensation_ratio: float=0.75, # a compaction keeps int(max_size * ratio) observations, at least keep_first
+                 summarizer: Any=None, # {'name': 'openai'|'anthropic', 'model': ..., 'base_url': ...}, an object with .chat, or None (offline)
+                 summary_tokens: int=IR_SUMMARY_TOKENS, # the summarizer's max_tokens (official: 1,000)
+                 head: int=1 # leading input messages that are the task, not observations (memlab's DR task message), passed through
+                ):
+        if not 0 < condensation_ratio <= 1: raise ValueError(f'condensation_ratio ({condensation_ratio}) must be in (0, 1]')
+        if head < 0: raise ValueError(f'head ({head}) cannot be negative')
+        self.condensation_ratio, self.summarizer, self.summary_tokens, self.head = condensation_ratio, summarizer, summary_tokens, head
+        self.backend = make_summarizer(summarizer)
+        super().__init__(max_size, max_tokens, keep_first)
+    def reset(self) -> None: super().reset(); self.cut, self.summary, self.data = 0, '', {}
+    def ask(self, question: str, forgotten: str) -> tuple[str, Usage]:
+        "The summarizer's reply to the official prompt and system line."
+        msgs = [{'role': 'system', 'content': IR_SUMMARIZER_SYSTEM}, {'role': 'user', 'content': ir_summarization_prompt(question, self.summary, forgotten)}]
+        r, usage = self.backend.chat(messages=msgs, temperature=0.0, max_tokens=self.summary_tokens)
+        return r.content or '', usage
+    def offline(self, forgotten: list, question: Optional[str]) -> str:
+        "The offline stand-in: the extractive summary (labelled) of the forgotten observations and the previous summary."
+        return extractive_summary(forgotten, self.summary, self.summary_tokens, question=question)
+    def condense(self, forgotten: list) -> tuple[CondensationEvent, dict]:
+        "Summarize the forgotten observations with the previous summary; on a summarizer error, the official's fallback (recorded)."
+        t, q, text, extra, usage, model = time.perf_counter(), self.state.get('question') or '', ir_forgotten_text(forgotten), {}, Usage(), 'offline-extractive'
+        if self.backend is None: self.summary = self.offline(forgotten, q or None)
+        else:
+            model = _model_name(self.backend)
+            try: self.summary, usage = self.ask(q, text)
+            except Exception as e:           # the official catches every error and keeps the forgotten text instead
+                self.summary, extra['summary_fallback'] = (self.summary + '\n' + text)[:IR_FALLBACK_CHARS], type(e).__name__
+        return CondensationEvent(self.summary, len(forgotten), summarization_model=model, summarization_time_seconds=time.perf_counter() - t,
+                                 summarizer_prompt_tokens=usage.input_tokens, summarizer_completion_tokens=usage.output_tokens), extra
+    def manage_context(self, original_context: list[dict], current_observation: Any, metadata: Optional[dict]=None) -> FilteredContext:
+        msgs = list(original_context); h = min(self.head, len(msgs))
+        hist, event, extra = msgs[h + self.cut:], None, {}
+        if self.max_size is not None and len(hist) > self.max_size:
+            n = len(hist) - max(self.keep_first, int(self.max_size * self.condensation_ratio))
+            if hist[:n]:                              # the official's slices (a negative n included)
+                event, extra = self.condense(hist[:n])
+                event.forgotten_indices = list(range(h + self.cut, h + self.cut + len(hist[:n]))); self.cut += len(hist[:n])
+        block = [{'role': 'user', 'content': self.block + self.summary}] if self.summary else []
+        return self.finish(msgs[:h] + block + msgs[h + self.cut:], msgs, metadata, event, condensations=len(self.events) + (event is not None), **extra)
+    def notes_text(self, context: list[dict]) -> str:
+        "`get_notes_text()`: the summary block and the kept observations, blank-line separated (`context`: this manager's output)."
+        return '\n\n'.join(content_text(m) for m in context[min(self.head, len(context)):])
+
+@MANAGERS.register('ir-structured')
+class IRStructured(IRSummarizing):
+    "The DR track's own structured summary (MemGym `ir_structured`): a `create_research_summary` call with the seven research fields."
+    block = IR_STATE_BLOCK
+    def ask(self, question: str, forgotten: str) -> tuple[str, Usage]:
+        "The formatted tool call (the official's named-function choice; Anthropic: 'any'), else the reply text, else the forgotten text's start."
+        msgs = [{'role': 'system', 'content': IR_STRUCTURED_SYSTEM}, {'role': 'user', 'content': ir_structured_prompt(question, self.summary, forgotten)}]
+        choice = 'any' if getattr(self.backend, 'provider', '') == 'anthropic' else IR_TOOL_CHOICE
+        r, usage = self.backend.chat(messages=msgs, tools=[IR_SUMMARY_TOOL], tool_choice=choice, temperature=0.0, max_tokens=self.summary_tokens)
+        if r.tool_calls:
+            self.data = r.tool_calls[0].arguments
+            return format_research_summary(self.data), usage
+        return r.content or forgotten[:IR_CONTENT_CHARS], usage
+    def offline(self, forgotten: list, question: Optional[str]) -> str:
+        "The offline stand-in: the extractive lines as key evidence under the offline label."
+        prev = '\n'.join(f'- {x}' for x in self.data.get('key_evidence', []))
+        lines = extractive_summary(forgotten, prev, self.summary_tokens - count_tokens(question or ''), question=question).split('\n')[1:]
+        self.data = {'research_question': question or '?', 'key_evidence': [l[2:] for l in lines]}
+        return OFFLINE_STATE_LABEL + '\n' + format_research_summary(self.data)
+
