@@ -4,13 +4,15 @@
 
 # %% ../nbs/09_cli.ipynb #014eac68
 from __future__ import annotations
-import argparse, os, signal, sys
+import argparse, contextlib, os, signal, sys
 from pathlib import Path
 from typing import Optional
 # everything else is imported by the command that needs it: `memlab --help` and bad arguments answer at once
 
 # %% auto #0
-__all__ = ['OFFICIAL_JUDGE', 'RETRIEVAL_COLUMNS', 'default_store', 'die_with_parent', 'make_executor', 'parser', 'main']
+__all__ = ['OFFICIAL_JUDGE', 'RETRIEVAL_COLUMNS', 'FORMATS', 'default_store', 'BadInput', 'a_store', 'one_line_sink',
+           'one_line_warnings', 'die_with_parent', 'make_executor', 'judge_can_read', 'version', 'parser',
+           'is_bad_input', 'main']
 
 # %% ../nbs/09_cli.ipynb #d478936d
 def default_store(cfg: 'RunConfig') -> Path:
@@ -18,11 +20,47 @@ def default_store(cfg: 'RunConfig') -> Path:
     from memlab.runner import project_root
     return project_root() / 'results' / cfg.section / 'runs' / cfg.name
 
+class BadInput(ValueError):
+    "Bad input the command line finds itself: one line, exit 2 (as the library's RecordError)."
+
+def a_store(path: str|Path # what the user named as a store
+           ) -> Path:
+    "`path` if it is a run folder (a manifest or a rollouts/ folder); else one line, for every command that reads a store."
+    p = Path(path)
+    if not p.is_dir(): raise BadInput(f'{p}: no such store')
+    if not ((p / 'manifest.json').exists() or (p / 'rollouts').is_dir()):
+        raise BadInput(f'{p}: not a memlab store (no manifest.json, no rollouts/): name a run folder, results/<section>/runs/<name>')
+    return p
+
+def one_line_sink():
+    "Print warnings and the library's log records (the store's, the cache's) as one line each on stderr, `memlab: warning: ...`, each text once; returns the undo."
+    import logging, warnings
+    said = set()
+    def say(msg):
+        line = ' '.join(str(msg).split())
+        if line not in said: said.add(line); print(f'memlab: warning: {line}', file=sys.stderr)
+    class OneLine(logging.Handler):
+        def emit(self, record): say(record.getMessage())
+    log, h, old = logging.getLogger('memlab'), OneLine(logging.WARNING), warnings.showwarning
+    propagate, log.propagate = log.propagate, False          # the cache logs and warns the same text: said once
+    warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: say(message)
+    log.addHandler(h)
+    def undo(): warnings.showwarning = old; log.removeHandler(h); log.propagate = propagate
+    return undo
+
+@contextlib.contextmanager
+def one_line_warnings():
+    "`one_line_sink` while a command runs."
+    undo = one_line_sink()
+    try: yield
+    finally: undo()
+
 def die_with_parent(parent: Optional[int]=None # the runner's PID (`os.getpid()` when the pool was made)
                    ):
     "Process-pool initializer: the worker dies with the runner (even by kill -9), and leaves Ctrl-C to it."
     import os, signal
     signal.signal(signal.SIGINT, signal.SIG_IGN)          # the runner handles Ctrl-C: it keeps what finished, then stops us
+    one_line_sink()                                       # a worker's warnings (a damaged cache file) read as the runner's
     try:
         import ctypes
         ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG: SIGTERM when the runner dies
@@ -68,12 +106,31 @@ def _report_errors(store: 'ResultsStore', max_rate: float) -> int:
         return 1
     return 0
 
+def _queries_of(store: 'ResultsStore', insts: list) -> list:
+    "The queries the store's rollouts answer."
+    ro = store.rollouts(columns=['instance_id', 'query_id'])
+    have = set(zip(ro['instance_id'], ro['query_id']))
+    return [q for i in insts for q in i.queries if (i.id, q.id) in have]
+
+def judge_can_read(judge, # a built judge
+                   queries: list, # the questions it is to judge
+                   where: str # the store, for the message
+                  ):
+    "Refuse, before any call, a judge that cannot build its request for some questions (LongMemEval's templates on LoCoMo's types)."
+    build = getattr(judge, 'messages', None)
+    if build is None or not queries: return
+    bad = []
+    for q in queries:
+        try: build(q, '')
+        except Exception as e: bad.append(e)      # what would make every call of this question an `error` verdict
+    if bad: raise BadInput(f'--judge {judge.name} cannot judge {len(bad)} of {len(queries)} questions of {where}: {bad[0]}; nothing was judged')
+
 def _cmd_run(a, resume=False):
     from memlab.runner import RunConfig, ResultsStore, run, load_dataset
     from memlab.core import RecordError
     if a.config is None:                            # `memlab resume --store STORE`: the config recorded in the store
         if not (resume and a.store): raise RecordError('memlab run: give a CONFIG (resume takes --store STORE instead)')
-        cfg = RunConfig.load(ResultsStore(a.store).manifest()['config'])
+        cfg = RunConfig.load(ResultsStore(a_store(a.store)).manifest()['config'])
     else: cfg = RunConfig.load(a.config)
     store = ResultsStore(a.store or default_store(cfg))
     if resume and not store.manifest_path.exists() and not (store.root / 'rollouts').is_dir():
@@ -109,14 +166,16 @@ def _judge_spec(a, cfg) -> Optional[dict]:
     return spec
 
 def _score(store, insts, judge: Optional[dict], runs, wait=False):
-    from memlab.runner import score, PASS_KEY
-    agg = score(store, insts, judge=judge, n_runs=runs, wait=wait)
+    from memlab.runner import score, PASS_KEY, build_judge
+    j = build_judge(judge or store.manifest()['config']['judge'])
+    judge_can_read(j, _queries_of(store, insts), store.root)
+    agg = score(store, insts, judge_obj=j, n_runs=runs, wait=wait)
     print(f'scored: {agg["rollout_id"].nunique()} rollouts x {agg.groupby(PASS_KEY).ngroups} judge pass(es); '
           f'unparsed {int(agg["n_unparsed"].sum())}, errors {int(agg["n_error"].sum())}')
 
 def _cmd_score(a):
     from memlab.runner import RunConfig, ResultsStore, load_dataset
-    store = ResultsStore(a.store); cfg = RunConfig.load(store.manifest()['config'])
+    store = ResultsStore(a_store(a.store)); cfg = RunConfig.load(store.manifest()['config'])
     _score(store, load_dataset(cfg.dataset), _judge_spec(a, cfg), a.runs, a.wait)
 
 OFFICIAL_JUDGE = {'longmemeval': 'longmemeval', 'locomo': 'locomo'}   # score-hypotheses' default judge per dataset kind
@@ -136,6 +195,7 @@ def _cmd_score_hypotheses(a):
     queries = {q.id: q for i in load_dataset({'kind': a.kind, 'path': str(a.data)}) for q in i.queries}
     pairs = read_hypotheses(a.hypotheses, queries, a.prediction_key)     # every id checked before any judge call
     judge = build_judge(spec)
+    judge_can_read(judge, [queries[q] for q in dict(pairs)], a.hypotheses)
     rows = score_hypotheses(pairs, queries, judge, n_runs=a.runs or 1)
     print(f'{len(rows)} answers of {len(queries)} questions judged by {judge.label}')
     if a.kind == 'longmemeval':
@@ -156,7 +216,7 @@ def _cmd_score_hypotheses(a):
 
 def _cmd_check(a):
     from memlab.runner import check_store
-    t = check_store(a.store, quarantine=a.quarantine)
+    t = check_store(a_store(a.store), quarantine=a.quarantine)
     if not len(t): print(f'{a.store}: no problems found'); return
     print(t.drop(columns=['file']).to_string(index=False))
     if not a.quarantine and t['file'].any(): raise SystemExit(1)
@@ -167,7 +227,7 @@ def _report_retrieval(a):
     "Memory metrics that need no model, per policy, memory and condition, then per memory; --csv writes every column."
     from memlab.retrieval import retrieval_report, memory_table
     from memlab.runner import ResultsStore
-    store = ResultsStore(a.store)
+    store = ResultsStore(a_store(a.store))
     t = retrieval_report(store)
     show = t.assign(skipped=t.filter(like='skipped_').sum(axis=1))
     cols = ['policy', 'memory', 'setting', *(['condition'] if show['condition'].astype(bool).any() else []), 'n', 'skipped', *RETRIEVAL_COLUMNS]
@@ -179,11 +239,21 @@ def _report_retrieval(a):
         from memlab.plots import save_table
         save_table(t, a.csv, store.manifest().get('labels') or ['no policy label']); print(f'wrote {a.csv}')
 
+def _unparsed_line(df, judges: list) -> Optional[str]:
+    "One line counting the verdicts the judge's reply could not be read from (and judge errors), and how the mean counts them."
+    if 'n_unparsed' not in df or df['n_unparsed'].isna().all(): return None
+    from memlab.judge import official_unparsed
+    u, e = int(df['n_unparsed'].sum()), int(df['n_error'].sum())
+    n = int(df['n_judged'].sum()) + u + e
+    if not (u or e): return None
+    how = ('counted as WRONG (the benchmark\'s own script)' if judges and all(official_unparsed(j) == 'WRONG' for j in judges)
+           else 'left out of the mean')
+    return f'{u} of {n} verdicts unparsed, {e} judge error(s): unparsed {how}, errors left out; columns unparsed and judge_errors count them'
+
 def _cmd_report(a):
-    from memlab.core import RecordError
-    if not Path(a.store).is_dir(): raise RecordError(f'{a.store}: no such store')
+    a_store(a.store)
     if a.retrieval: return _report_retrieval(a)
-    from memlab.runner import results_frame
+    from memlab.runner import results_frame, ResultsStore
     from memlab.stats import bootstrap_table
     from memlab.retrieval import reader_ceiling_line
     df = results_frame(a.store, judge=a.judge, judge_model=a.judge_model)   # a store scored by several judges: name one
@@ -192,6 +262,12 @@ def _cmd_report(a):
     t = bootstrap_table(df.dropna(subset=['correct']), 'correct', by=by, group='query_id', n_resamples=a.resamples)
     errs = df.groupby(by, dropna=False)['error'].agg(lambda s: int(s.notna().sum())).rename('errors').reset_index()
     t = t.merge(errs, on=by, how='outer')   # rollouts with errors are reported, never scored
+    if 'n_unparsed' in df:                  # verdicts no reply could be read from: counted in every table
+        v = df.groupby(by, dropna=False)[['n_unparsed', 'n_error']].sum().astype(int).reset_index()
+        t = t.merge(v.rename(columns={'n_unparsed': 'unparsed', 'n_error': 'judge_errors'}), on=by, how='left')
+        man = ResultsStore(a.store).manifest(missing_ok=True) or {}
+        judges = sorted({e['judge'] for e in man.get('judges') or [] if e.get('prompt_hash') in set(df['prompt_hash'].dropna())})
+        if (line := _unparsed_line(df, judges)): print(line)
     labels = sorted(df['policy_label'].unique())
     print('policy labels:', '; '.join(labels))
     print(t.round(4).to_string(index=False))
@@ -200,10 +276,13 @@ def _cmd_report(a):
         save_table(t, a.csv, labels)
 
 def _cmd_show(a):
+    a_store(a.store)
     from memlab.samples import show
-    print(show(a.store, query=a.query, failed=a.failed, judge=a.judge, judge_model=a.judge_model, limit=a.limit, chars=a.chars))
+    print(show(a.store, query=a.query, failed=a.failed, judge=a.judge, judge_model=a.judge_model, limit=a.limit, chars=a.chars,
+               policy=a.policy, memory=a.memory))
 
 def _cmd_export_inspect(a):
+    a_store(a.store)
     from memlab.samples import write_inspect_logs
     try: paths = write_inspect_logs(a.store, a.out, judge=a.judge, judge_model=a.judge_model)
     except ImportError as e:                      # the optional extra is missing: one line naming it, exit 1 (as --executor dask)
@@ -213,6 +292,8 @@ def _cmd_export_inspect(a):
 def _cmd_estimate(a):
     from memlab.runner import RunConfig, estimate, load_dataset, make_history
     cfg = RunConfig.load(a.config)
+    off = lambda p: dict(p, backend=dict(p['backend'], cache=False)) if isinstance(p.get('backend'), dict) else p
+    cfg = cfg.model_copy(update=dict(policies=[off(p) for p in cfg.policies]))   # a dry run opens no response cache (it writes nothing)
     insts = load_dataset(cfg.dataset)
     e = estimate(cfg, insts, history=make_history(cfg.history, insts))   # e.g. a scale ladder's growing histories
     print(e.to_string(index=False))
@@ -265,8 +346,8 @@ def _count(v: str) -> int: return _int_from(v, 0, 'a count (0 or more)')
 def _cmd_data(a):
     import inspect
     from memlab.data import INSPECTORS, inspection_text
-    from memlab.core import RecordError, load_plugins, validate_params
-    load_plugins()                                # protocol packages register their formats (e.g. memoryagentbench)
+    from memlab.core import RecordError, validate_params
+    # a lookup imports plugins until one registers the kind (memoryagentbench, halumem, ...), not every protocol package
     if a.kind not in INSPECTORS: raise RecordError(f'data inspect: unknown kind {a.kind!r}; known: {sorted(INSPECTORS)}')
     fn, opts = INSPECTORS[a.kind], dict(a.option or [])
     takes = [p for p in inspect.signature(fn).parameters if p not in ('path', 'sha256')]
@@ -287,13 +368,28 @@ def _verdict_args(p: argparse.ArgumentParser):
     p.add_argument('--judge', help="only this judge's verdicts (default: every scoring pass in the store)")
     p.add_argument('--judge-model', help='only verdicts by this judge model')
 
+def version() -> str:
+    "`memlab X.Y.Z (commit abcdef012345)`: the commit of memlab's own source, or '(not a git checkout)' for an installed copy."
+    import memlab, subprocess
+    try: c = subprocess.run(['git', 'rev-parse', '--short=12', 'HEAD'], cwd=Path(memlab.__file__).parent, capture_output=True,
+                            text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError): c = ''
+    return f"memlab {memlab.__version__} ({f'commit {c}' if c else 'not a git checkout'})"
+
+class _Version(argparse.Action):
+    "--version: the commit is looked up only when asked."
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help=help)
+    def __call__(self, parser, namespace, values, option_string=None): print(version()); parser.exit()
+
+FORMATS = 'longmemeval, locomo, memoryagentbench, halumem, subtlememory'   # `data inspect` kinds memlab registers (a test holds it to INSPECTORS)
+
 def parser() -> argparse.ArgumentParser:
     "The memlab command-line parser."
-    import memlab
     p = argparse.ArgumentParser(prog='memlab', description='Evaluate the memory of LLM agents.',
                                 epilog='Exit status: 0 done, 1 errors above --max-error-rate or problems found by check, '
                                        '2 bad input (one line naming the file and field), 130 Ctrl-C, 143 SIGTERM.')
-    p.add_argument('--version', action='version', version=f'memlab {memlab.__version__}')
+    p.add_argument('--version', action=_Version, help="print memlab's version and the commit of its source, then exit")
     sub = p.add_subparsers(dest='cmd', required=True, metavar='COMMAND')
     ex = lambda *lines: 'example:\n  ' + '\n  '.join(lines)
     fmt = argparse.RawDescriptionHelpFormatter
@@ -355,10 +451,12 @@ def parser() -> argparse.ArgumentParser:
                    "per policy, memory and condition, from the trajectories and the config's dataset (no model, no judge)")
     h = 'read rollouts: question, gold, answer, each memory call with its evidence, verdicts with the raw reply, errors'
     sw = sub.add_parser('show', help=h, description=h, formatter_class=fmt,
-                        epilog=ex('memlab show STORE --failed --limit 5', 'memlab show STORE --query synthetic-3-0-q001 --chars 0'))
+                        epilog=ex('memlab show STORE --failed --limit 5', 'memlab show STORE --memory bm25[k=5] --failed', 'memlab show STORE --query synthetic-3-0-q001 --chars 0'))
     sw.add_argument('store', help='a run folder (read only: works on read-only stores and during a run)')
     sw.add_argument('--query', metavar='ID', help="only this query (every system's rollout of it) or this rollout id")
     sw.add_argument('--failed', action='store_true', help='only rollouts a verdict did not find CORRECT, or that ended in an error')
+    sw.add_argument('--policy', help='only this policy, as the store names it, e.g. offline-reader[tier=strong]')
+    sw.add_argument('--memory', help='only this memory, as the store names it, e.g. bm25[k=5]')
     _verdict_args(sw)
     sw.add_argument('--limit', type=_positive_int, default=10, help='print at most this many rollouts (default 10)')
     sw.add_argument('--chars', type=_count, default=300, help='characters kept of each evidence text and judge reply (0: all; default 300)')
@@ -374,17 +472,25 @@ def parser() -> argparse.ArgumentParser:
     h = 'run every section notebook with its full-size parameters'
     r = sub.add_parser('reproduce', help=h, description=h, formatter_class=fmt, epilog=ex('memlab reproduce --section walkthrough'))
     r.add_argument('--section', action='append', help='only this section notebook (repeatable), e.g. scale_ladder')
-    d = sub.add_parser('data', help='benchmark data files (LongMemEval, LoCoMo, MemoryAgentBench)')
+    h = f'benchmark data files: {FORMATS}'
+    d = sub.add_parser('data', help=h, description=h)
     h = 'summary of a data file: records, sessions, turns, questions, tokens'
     i = d.add_subparsers(dest='data_cmd', required=True).add_parser(
         'inspect', help=h, description=h, formatter_class=fmt,
         epilog=ex('memlab data inspect longmemeval longmemeval_s_cleaned.json', 'memlab data inspect memoryagentbench Conflict_Resolution.parquet -o source=CR'))
-    i.add_argument('kind', help='longmemeval, locomo, memoryagentbench (or another registered loader)')
+    i.add_argument('kind', help=f'{FORMATS} (or another registered loader)')
     i.add_argument('file', help='the data file')
     i.add_argument('--sha256', help='expected sha256 of the file')
     i.add_argument('-o', '--option', action='append', type=_option, metavar='NAME=VALUE',
                    help="the format's own options, e.g. -o layout=m (longmemeval), -o source=CR -o chunk_size=512 (memoryagentbench)")
     return p
+
+_BAD_INPUT = (('memlab.core', 'RecordError'), ('memlab.cache', 'CacheError'), ('memlab.store', 'StoreError'), ('memlab.backends', 'PreflightError'))
+
+def is_bad_input(e: BaseException) -> bool:
+    "A bad-input error (one line, exit 2); the library's classes are looked up only in modules already loaded (an error of a module never imported cannot be one of its classes)."
+    return isinstance(e, (BadInput, FileNotFoundError)) or any(
+        isinstance(e, getattr(sys.modules[m], n)) for m, n in _BAD_INPUT if m in sys.modules)
 
 def main(argv: Optional[list]=None):
     "Entry point of the `memlab` console script; bad input is one line `memlab: ...` and exit status 2."
@@ -392,16 +498,14 @@ def main(argv: Optional[list]=None):
     cmd = {'run': _cmd_run, 'resume': lambda a: _cmd_run(a, resume=True), 'score': _cmd_score, 'report': _cmd_report,
            'score-hypotheses': _cmd_score_hypotheses, 'show': _cmd_show, 'export-inspect': _cmd_export_inspect,
            'estimate': _cmd_estimate, 'reproduce': _cmd_reproduce, 'data': _cmd_data, 'check': _cmd_check}[a.cmd]
-    from memlab.core import RecordError           # installed plugins load when a lookup or a config names what they register
-    from memlab.cache import CacheError
-    from memlab.runner import StoreError
-    from memlab.llm import PreflightError
-    from memlab.redact import redact
     got = []
     def terminate(n, f): got.append(n); raise KeyboardInterrupt   # SIGTERM: stop like Ctrl-C, keeping finished work
     old = signal.signal(signal.SIGTERM, terminate)
-    try: cmd(a)
-    except (RecordError, CacheError, StoreError, PreflightError, FileNotFoundError) as e:   # bad input: one line naming the file
+    try:
+        with one_line_warnings(): cmd(a)
+    except Exception as e:
+        if not is_bad_input(e): raise
+        from memlab.redact import redact            # bad input: one line naming the file
         print(f'memlab: {redact(str(e)).splitlines()[0] if str(e) else type(e).__name__}', file=sys.stderr); raise SystemExit(2)
     except KeyboardInterrupt:
         print(f"memlab: {'terminated' if got else 'interrupted'}; finished work is stored: `memlab resume` continues", file=sys.stderr)

@@ -10,6 +10,7 @@ from typing import Any, Callable, Optional
 from pydantic import ConfigDict, Field, field_validator
 from .core import (Record, Registry, Instance, Session, stable_hash, validate_record, RecordError, load_yaml, validate_args,
                          validate_params, check_dates, check_histories)
+from .registry import MAX_INT, check_int_bounds
 from .memory import Memory, MEMORIES, HISTORIES   # HISTORIES: `history(instance, condition)` builders
 from .agent import POLICIES
 from .judge import JUDGES   # the built-in judges, registered on import (`validate_config` checks the judge's name)
@@ -45,7 +46,7 @@ class RunConfig(Record):
     judge: dict[str, Any] = Field(default_factory=lambda: {'name': 'offline-match'})
     judge_runs: int = Field(1, ge=1, le=100)
     checkpoint_memories: bool = False                   # save each built memory under <store>/memories (MemoryAgentBench)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_INT)             # base seed of the policies' and generators' draws
     history: dict[str, Any] = Field(default_factory=lambda: {'name': 'default'})  # how a condition's sessions are made (`HISTORIES`)
 
     @field_validator('name', 'section')
@@ -106,6 +107,7 @@ def validate_config(cfg: 'RunConfig', source: str='<config>') -> 'RunConfig':
     if isinstance(cfg.judge.get('backend'), dict): _check_spec(BACKENDS, cfg.judge['backend'], 'judge.backend', source)
     _check_spec(HISTORIES, cfg.history, 'history', source)
     for i, c in enumerate(cfg.conditions):
+        check_int_bounds(c, f'conditions.{i}', source)   # condition values become store columns (int64)
         if 'evidence' not in c: continue
         ev = EVIDENCE.get(c['evidence']) if isinstance(c['evidence'], str) else None
         if ev is None: raise RecordError(f"{source}: field 'conditions.{i}.evidence': unknown evidence setting {c['evidence']!r}; registered: {sorted(EVIDENCE)}")
@@ -126,11 +128,12 @@ def check_dataset_spec(spec: dict, source: str='<config>') -> dict:
         raise RecordError(f"{source}: field 'dataset.kind': unknown dataset kind {kind!r}; registered: {sorted(DATASETS)}")
     args = {k: v for k, v in spec.items() if k not in ('kind', *DATASET_OPTIONS)}
     validate_params(DATASETS[kind], args, 'dataset', source)
+    if callable(check := getattr(DATASETS[kind], 'check', None)): check(args, source)   # a kind's own checks of its arguments
     if 'split_queries' in spec and not isinstance(spec['split_queries'], bool):
         raise RecordError(f"{source}: field 'dataset.split_queries': expected true or false, got {spec['split_queries']!r}")
     lim = spec.get('limit')
-    if lim is not None and (not isinstance(lim, int) or isinstance(lim, bool) or lim < 1):
-        raise RecordError(f"{source}: field 'dataset.limit': expected an integer >= 1, got {lim!r}")
+    if lim is not None and (not isinstance(lim, int) or isinstance(lim, bool) or not 1 <= lim <= MAX_INT):
+        raise RecordError(f"{source}: field 'dataset.limit': expected an integer from 1 to {MAX_INT}, got {lim!r}")
     return spec
 
 def _backend_label(b: dict) -> str:
@@ -149,7 +152,20 @@ def spec_name(spec: dict) -> str:
 @DATASETS.register('synthetic')
 def _synthetic(params: Optional[dict]=None) -> list[Instance]:
     from memlab.synth import make_benchmark
-    return make_benchmark(**validate_params(make_benchmark, params or {}, 'dataset.params', '<synthetic dataset>'))
+    return make_benchmark(**_check_synthetic({'params': params}, '<synthetic dataset>'))
+
+def _check_synthetic(args: dict, # the dataset spec's arguments ({'params': ...})
+                     source: str # the config file, for messages
+                    ) -> dict:
+    "The generator's params, checked: types and ranges, and a question plan every seed can place (`question_plan_problem`)."
+    import inspect
+    from memlab.synth import make_benchmark, question_plan_problem
+    p = validate_params(make_benchmark, args.get('params') or {}, 'dataset.params', source)
+    a = inspect.signature(make_benchmark).bind(**p); a.apply_defaults()
+    why = question_plan_problem(a.arguments['queries_per_instance'], tuple(a.arguments['qtypes']), a.arguments['phrasing'], a.arguments['n_filler'])
+    if why: raise RecordError(f"{source}: field 'dataset.params.queries_per_instance': {why}")
+    return p
+_synthetic.check = _check_synthetic   # `check_dataset_spec` runs a kind's `check` with the config's file name, before anything loads
 
 @DATASETS.register('instances')
 def _instances(path: str) -> list[Instance]:

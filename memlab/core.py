@@ -40,8 +40,9 @@ def count_tokens(text: str) -> int:
     return len(_TOK.findall(text or ''))
 
 # %% ../nbs/00_core.ipynb #91e4a643
-PosInt = Annotated[int, Field(ge=1)]               # sizes that cannot be 0: k, window and chunk tokens
-NonNegInt = Annotated[int, Field(ge=0)]            # counts that may be 0
+from .registry import MAX_INT                # the largest integer a parameter may take (2**31 - 1: parquet, numpy and pyarrow take it)
+PosInt = Annotated[int, Field(ge=1, le=MAX_INT)]   # sizes that cannot be 0: k, window and chunk tokens
+NonNegInt = Annotated[int, Field(ge=0, le=MAX_INT)]   # counts that may be 0
 NonNegFloat = Annotated[float, Field(ge=0)]        # weights
 UnitFloat = Annotated[float, Field(ge=0, le=1)]    # rates and probabilities
 NonEmptyStr = Annotated[str, Field(min_length=1)]  # ids

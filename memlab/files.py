@@ -86,8 +86,14 @@ class _Repeated(dict):
     "A parsed JSON object that repeated a key (`key`)."
     key = None
 
+def _int(s: str) -> int:
+    "json's integer parser, with a limit that names the number's size (not Python's advice on `sys.set_int_max_str_digits`)."
+    n = len(s.lstrip('-'))
+    if n > 4300: raise ValueError(f'a number of {n} digits (at most 4300)')
+    return int(s)
+
 def _json(text: str) -> tuple:
-    "(value, whether an object repeated a key): json.loads with repeats marked; deep nesting becomes a ValueError."
+    "(value, whether an object repeated a key): json.loads with repeats marked; deep nesting and numbers over 4300 digits become a ValueError."
     rep = []
     def hook(pairs):
         d = dict(pairs)
@@ -95,7 +101,7 @@ def _json(text: str) -> tuple:
             seen = set(); d = _Repeated(d)
             d.key = next(k for k, _ in pairs if k in seen or seen.add(k)); rep.append(d)
         return d
-    try: return json.loads(text, object_pairs_hook=hook), bool(rep)
+    try: return json.loads(text, object_pairs_hook=hook, parse_int=_int), bool(rep)
     except RecursionError: raise ValueError('nested too deeply') from None
 
 def _repeated(obj) -> Optional[tuple]:

@@ -11,7 +11,7 @@ from pydantic import ConfigDict, Field, Strict, ValidationError, create_model
 from .files import RecordError
 
 # %% auto #0
-__all__ = ['PLUGIN_GROUP', 'Registry', 'load_plugins', 'validate_params', 'validate_args']
+__all__ = ['PLUGIN_GROUP', 'MAX_INT', 'Registry', 'load_plugins', 'check_int_bounds', 'validate_params', 'validate_args']
 
 # %% ../nbs/00b_registry.ipynb #fadcd550
 class Registry(dict):
@@ -85,8 +85,9 @@ def load_plugins(group: str=PLUGIN_GROUP, # the entry-point group
     return dict(_PLUGINS)
 
 # %% ../nbs/00b_registry.ipynb #d9c5405b
-_STRICT = {int: Annotated[int, Strict()], float: Annotated[float, Strict()], bool: Annotated[bool, Strict()],
-           str: Annotated[str, Strict()]}
+MAX_INT = 2**31 - 1   # every integer argument lies in [-MAX_INT, MAX_INT] unless its annotation says otherwise
+_STRICT = {int: Annotated[int, Strict(), Field(ge=-MAX_INT, le=MAX_INT)], float: Annotated[float, Strict()],
+           bool: Annotated[bool, Strict()], str: Annotated[str, Strict()]}
 
 def _strict(a):
     "Annotation `a` with strict scalars, and lists accepted (kept) where a tuple is annotated."
@@ -147,6 +148,26 @@ def _clean_loc(loc: tuple, data: dict) -> list:
         elif isinstance(cur, (list, tuple)) and isinstance(x, int) and 0 <= x < len(cur): out.append(x); cur = cur[x]
     return out
 
+def _huge_int(value, path: tuple=()) -> Optional[tuple]:
+    "(path, value) of the first int outside [-MAX_INT, MAX_INT] in a value, its lists and mappings; None if there is none."
+    if isinstance(value, int) and not isinstance(value, bool): return (path, value) if abs(value) > MAX_INT else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
+    for k, v in items:
+        if (hit := _huge_int(v, (*path, k))): return hit
+    return None
+
+def check_int_bounds(value, # a config value: a scalar, list or mapping (any depth)
+                     where: str, # its dotted field path, e.g. 'conditions.0'
+                     source: str # file name for messages
+                    ):
+    "Refuse (RecordError naming file and field) any int beyond `MAX_INT` in `value`, however it is annotated."
+    hit = _huge_int(value)
+    if hit is None: return value
+    path, v = hit
+    bound = f'less than or equal to {MAX_INT}' if v > 0 else f'greater than or equal to {-MAX_INT}'
+    raise RecordError(f"{source}: field '{'.'.join(map(str, (where, *path) if where else path))}': Input should be {bound} "
+                      f"(an integer of {len(str(abs(v)))} digits)")
+
 def validate_params(impl, # a function or class
                     params: dict, # argument name -> value, as a config gives them
                     where: str, # dotted field path of `params` in the config, e.g. 'dataset.params'
@@ -175,7 +196,8 @@ def validate_params(impl, # a function or class
             msgs = ' or '.join(dict.fromkeys(msg for p, msg in errs if p == path))
             parts.append(f"field '{pre}{'.'.join(map(str, path))}': {msgs}")
         if parts: raise RecordError(f"{source}: {'; '.join(parts)}") from None
-        return dict(params)                             # partial: only required arguments were missing
+        return dict(check_int_bounds(params, where, source))   # partial: only required arguments were missing
+    check_int_bounds(params, where, source)   # ints the annotations leave open: `Any`, `**kwargs`, inside mappings
     got = {n: getattr(m, f) for f, n in zip(model.model_fields, names) if n in params}
     return {k: got.get(k, (m.model_extra or {}).get(k, params[k])) for k in params}
 

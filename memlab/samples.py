@@ -113,6 +113,10 @@ def _clip(s, chars: int) -> str:
     return s if not chars or len(s) <= chars else f'{s[:chars]}… (+{len(s) - chars} chars)'
 
 def _evidence_head(e: Evidence) -> str:
+    "`#rank id · date · score`; a long-context window names its first and last session (its date is the last one's)."
+    ids = e.meta.get('session_ids') if e.meta.get('window') else None
+    if ids and len(ids) > 1:
+        return f'#{e.rank} window of {len(ids)} sessions {ids[0]} … {ids[-1]}' + (f' · last session {e.date}' if e.date else '') + f' · score {e.score:.3g}'
     return f'#{e.rank} {evidence_id(e)}' + (f' · {e.date}' if e.date else '') + f' · score {e.score:.3g}'
 
 def _steps(rec: Rollout, chars: int) -> list[tuple[str, list[tuple[str, str]]]]:
@@ -162,11 +166,16 @@ def show(store: ResultsStore|str|Path|Samples, # a run folder (or its `Samples`)
          judge: Optional[str]=None, # only this judge's verdicts (default: every scoring pass)
          judge_model: Optional[str]=None, # only verdicts by this judge model
          limit: int=10, # at most this many rollouts
-         chars: int=300 # characters kept of each evidence text and judge reply (0: all)
+         chars: int=300, # characters kept of each evidence text and judge reply (0: all)
+         policy: Optional[str]=None, # only this policy (its spec name, e.g. offline-reader[tier=strong])
+         memory: Optional[str]=None # only this memory (its spec name, e.g. bm25[k=5])
         ) -> str:
     "The selected rollouts as text, as `memlab show` prints them, with a last line counting the selection."
     s = store if isinstance(store, Samples) else Samples(store, judge, judge_model)
-    sel = s.select(query=query, failed=failed)
+    for col, v in (('policy', policy), ('memory', memory)):
+        if v is not None and v not in set(s.frame[col]):
+            raise StoreError(f'{s.store.root}: no rollout of {col} {v!r}; {col}s: {", ".join(sorted(set(s.frame[col])))}')
+    sel = s.select(query=query, failed=failed, **{c: v for c, v in (('policy', policy), ('memory', memory)) if v is not None})
     parts = [rollout_text(s.record(r), s.verdicts.get(r, []), chars) for r in sel['rollout_id'][:limit]]
     foot = f'{len(parts)} of {len(sel)} selected rollout(s) shown ({len(s.frame)} in {s.store.root})'
     if len(sel) > limit: foot += '; --limit N shows more'
@@ -378,15 +387,17 @@ def _inspect_log(s: Samples, rows: pd.DataFrame, names: dict, created: str):
     for sm in samples:
         for m, u in sm.model_usage.items(): usage[m] = usage[m] + u if m in usage else u
     args = {'memory': r0.memory, **r0.condition}
+    done = (pd.Timestamp(created) + pd.Timedelta(seconds=sum(r.timings.get('total_s', 0.0) for r in recs))).isoformat()   # rollouts' times, summed
     spec = L.EvalSpec(eval_set_id=r0.config_hash, eval_id=stable_hash([r0.config_hash, r0.policy, r0.memory, r0.condition]),
                       run_id=r0.config_hash, created=created, task=r0.run_id, task_id=r0.config_hash, task_args=args,
                       task_display_name=f'{r0.run_id}: ' + ', '.join(f'{k}={v}' for k, v in args.items()),
                       model=r0.policy, model_args={'label': r0.policy_label}, config=L.EvalConfig(epochs=max(r.sample for r in recs) + 1),
                       dataset=L.EvalDataset(name=r0.dataset, samples=len(samples), sample_ids=list(dict.fromkeys(sm.id for sm in samples))),
-                      metadata=dict(section=r0.section, store=str(s.store.root), memory_family=r0.memory_family, k=r0.k, condition=r0.condition))
+                      metadata=dict(section=r0.section, store=str(s.store.root), memory_family=r0.memory_family, k=r0.k, condition=r0.condition,
+                                    duration='the sum of its rollouts\' times from the run manifest\'s creation (rollouts may have run concurrently)'))
     return L.EvalLog(eval=spec, status='success', samples=samples, results=_inspect_results(samples, names),
                      plan=L.EvalPlan(name='memlab', steps=[L.EvalPlanStep(solver=r0.policy, params=args)]),
-                     stats=L.EvalStats(started_at=created, completed_at=created, model_usage=usage))
+                     stats=L.EvalStats(started_at=created, completed_at=done, model_usage=usage))
 
 def to_inspect_logs(store: ResultsStore|str|Path|Samples, # a run folder (or its `Samples`)
                     judge: Optional[str]=None, # only this judge's verdicts (default: every scoring pass)

@@ -5,18 +5,19 @@
 # %% ../nbs/01_synth.ipynb #15d0dcab
 from __future__ import annotations
 import random, datetime as dt
+from collections import Counter
 from typing import Annotated, Literal, Optional, Union
-from pydantic import Field
+from pydantic import AfterValidator, Field
 from .core import Turn, Session, Query, Instance, UnitFloat
 
 # %% auto #0
 __all__ = ['DATE_FMT', 'QTYPES', 'QType', 'InstanceCount', 'QueryCount', 'SessionCount', 'PoolCount', 'SpanDays', 'Turns',
-           'TurnsSpec', 'LADDER_QTYPES', 'LadderQType', 'filler_turns', 'fmt_date', 'date_answers', 'draw_turns',
-           'make_history', 'make_benchmark', 'chat_turns', 'distractor_sentence', 'make_pool', 'make_ladder_benchmark',
-           'Slot', 'PEOPLE', 'POOLS_A', 'SLOTS', 'EVENTS', 'POOLS_B', 'SLOTS_B', 'EVENTS_B', 'Phrasing',
-           'relative_event', 'PHRASINGS', 'TOPICS', 'ASKS', 'REPLIES', 'CHATTER', 'Tally', 'TALLY_POOLS_A', 'TALLIES',
-           'NUMBER_WORDS', 'TALLY_POOLS_B', 'TALLIES_B', 'PHRASING_TALLIES', 'POOL_TOPICS', 'DETAILS', 'ASPECTS',
-           'FOLLOWUPS', 'EXTRAS', 'distinct_draws']
+           'TurnsSpec', 'StartDate', 'QTypes', 'LADDER_QTYPES', 'LadderQType', 'filler_turns', 'fmt_date',
+           'date_answers', 'draw_turns', 'question_plan_problem', 'make_history', 'make_benchmark', 'chat_turns',
+           'distractor_sentence', 'make_pool', 'make_ladder_benchmark', 'Slot', 'PEOPLE', 'POOLS_A', 'SLOTS', 'EVENTS',
+           'POOLS_B', 'SLOTS_B', 'EVENTS_B', 'Phrasing', 'relative_event', 'PHRASINGS', 'TOPICS', 'ASKS', 'REPLIES',
+           'CHATTER', 'Tally', 'TALLY_POOLS_A', 'TALLIES', 'NUMBER_WORDS', 'TALLY_POOLS_B', 'TALLIES_B',
+           'PHRASING_TALLIES', 'POOL_TOPICS', 'DETAILS', 'ASPECTS', 'FOLLOWUPS', 'EXTRAS', 'distinct_draws']
 
 # %% ../nbs/01_synth.ipynb #fee8a827
 from .vocab import (
@@ -51,7 +52,23 @@ SessionCount = Annotated[int, Field(ge=0, le=100_000)]     # filler sessions per
 PoolCount = Annotated[int, Field(ge=0, le=1_000_000)]      # sessions in a pool
 SpanDays = Annotated[int, Field(ge=1, le=36_500)]          # days a pool or ladder history spans
 Turns = Annotated[int, Field(ge=1, le=1_000)]              # turns per session
-TurnsSpec = Union[Turns, tuple[Turns, Turns]]              # a session length, or an inclusive (low, high) range
+
+def _ordered(v):
+    if v[0] > v[1]: raise ValueError(f'a (low, high) range needs low <= high, got {list(v)}')
+    return v
+
+def _start_date(v: str) -> str:
+    try: dt.datetime.strptime(v, DATE_FMT)
+    except ValueError: raise ValueError(f"{v!r} is not a date like '2023/01/02 (Mon) 09:00' ({DATE_FMT})") from None
+    return v
+
+def _some(v):
+    if not len(v): raise ValueError('name at least one question type')
+    return v
+
+TurnsSpec = Union[Turns, Annotated[tuple[Turns, Turns], AfterValidator(_ordered)]]   # a session length, or an inclusive (low, high) range
+StartDate = Annotated[str, AfterValidator(_start_date)]   # a first session's date, in `DATE_FMT`
+QTypes = Annotated[tuple[QType, ...], AfterValidator(_some)]   # the question types a generator cycles through (at least one)
 
 def fmt_date(d: dt.datetime) -> str: return d.strftime(DATE_FMT)
 
@@ -80,18 +97,49 @@ def _when_question(rng, ask):
     return rng.choice((f'On what date did I {ask}?', f'What was the date when I {ask}?'))
 
 
+# %% ../nbs/01_synth.ipynb #3339481f
+def question_plan_problem(n_queries: int, # questions in one history
+                          qtypes: tuple=QTYPES, # the question types they cycle through
+                          phrasing: Phrasing='a', # the template set (`PHRASINGS`)
+                          n_filler: int=1 # filler sessions (a history of abstentions alone has no other session)
+                         ) -> Optional[str]:
+    "Why `n_queries` questions cycling through `qtypes` cannot all be placed in one history for every seed (None: they can)."
+    if not len(qtypes): return 'no question types to cycle through (qtypes is empty)'
+    slots, events = PHRASINGS[phrasing]
+    def problem(n):
+        c = Counter(qtypes[i % len(qtypes)] for i in range(n))
+        ku, fp, tr, ab = c['knowledge-update'], c['false-premise'], c['temporal-reasoning'], c['abstention']
+        upd, prem = sum(bool(s.update) for s in slots), sum(bool(s.premise) for s in slots)
+        both = sum(bool(s.update and s.premise) for s in slots)
+        if tr > len(events): return f"{tr} 'temporal-reasoning' questions, and phrasing {phrasing!r} has {len(events)} events"
+        if ku > upd: return f"{ku} 'knowledge-update' questions, and phrasing {phrasing!r} has {upd} facts that change"
+        if fp > prem - min(ku, both): return (f"{fp} 'false-premise' questions, and phrasing {phrasing!r} has {prem} facts with a premise "
+                                              f"({min(ku, both)} of them may go to update questions)")
+        if ab > len(slots): return f"{ab} abstention questions, and phrasing {phrasing!r} has {len(slots)} facts to ask about"
+        rest = n - ku - fp - tr - ab
+        if rest > len(slots) - ku - fp: return f"{n - tr - ab} questions about stated facts, and phrasing {phrasing!r} has {len(slots)} facts"
+        return None
+    if n_filler < 1 and all(qtypes[i % len(qtypes)] == 'abstention' for i in range(n_queries)):
+        return f'{n_queries} abstention questions and no filler session: the history would have no sessions (n_filler >= 1)'
+    why = problem(n_queries)
+    if why is None: return None
+    most = max((n for n in range(1, n_queries) if problem(n) is None), default=0)
+    return f'{why}: at most {most} questions per history with qtypes {list(dict.fromkeys(qtypes))} (use more instances instead)'
+
+
 # %% ../nbs/01_synth.ipynb #3120b332
 def make_history(n_queries: QueryCount=10, # questions to ask (types cycle through `qtypes`)
                  n_filler: SessionCount=30, # filler sessions (incl. near-miss distractors)
                  seed: int=0, # everything is derived from this seed
                  session_turns: TurnsSpec=6, # turns per session, or an inclusive (low, high) range drawn per session
-                 qtypes: tuple[QType, ...]=QTYPES, # question types to cycle through
+                 qtypes: QTypes=QTYPES, # question types to cycle through
                  distractor_rate: UnitFloat=0.5, # fraction of filler sessions carrying a near-miss statement
-                 start: str='2023/01/02 (Mon) 09:00', # date of the first session
+                 start: StartDate='2023/01/02 (Mon) 09:00', # date of the first session
                  instance_id: str='synthetic-0', # id of the returned instance
                  phrasing: Phrasing='a' # template set of statements and questions ('b': written independently of 'a')
                 ) -> Instance:
     "A seeded LongMemEval-like history (one user) with typed questions over it."
+    if (why := question_plan_problem(n_queries, qtypes, phrasing, n_filler)): raise ValueError(f'n_queries={n_queries}: {why}')
     rng = random.Random(seed)
     SLOTS_, EVENTS_ = PHRASINGS[phrasing]
     slots = list(SLOTS_); rng.shuffle(slots)
@@ -185,9 +233,9 @@ def make_benchmark(n_instances: InstanceCount=10, # histories (users); each gets
                    n_filler: SessionCount=30, # filler sessions per history
                    seed: int=0, # base seed; instance i uses seed*100003 + i
                    session_turns: TurnsSpec=6, # turns per session, or an inclusive (low, high) range (`make_history`)
-                   qtypes: tuple[QType, ...]=QTYPES, # question types to cycle through (`make_history`)
+                   qtypes: QTypes=QTYPES, # question types to cycle through (`make_history`)
                    distractor_rate: UnitFloat=0.5, # filler sessions carrying a near-miss statement (`make_history`)
-                   start: str='2023/01/02 (Mon) 09:00', # date of each history's first session (`make_history`)
+                   start: StartDate='2023/01/02 (Mon) 09:00', # date of each history's first session (`make_history`)
                    phrasing: Phrasing='a' # template set of statements and questions (`make_history`)
                   ) -> list[Instance]:
     "Several independent synthetic users: the task-level unit for bootstrap CIs."
@@ -226,7 +274,7 @@ def make_pool(n_sessions: PoolCount=1000, # sessions in the pool
               seed: int=0, # everything is derived from this seed
               session_turns: TurnsSpec=6, # turns per session, or an inclusive (low, high) range
               distractor_rate: UnitFloat=0.3, # fraction of sessions carrying a near-miss about someone else
-              start: str='2023/01/02 (Mon) 09:00', # earliest possible date
+              start: StartDate='2023/01/02 (Mon) 09:00', # earliest possible date
               span_days: SpanDays=365, # dates are uniform over this many days from `start`
               id_prefix: str='pool', # session ids are f'{id_prefix}_{seed}_{i:06d}'
               phrasing: Phrasing='a' # template set of the near misses (`PHRASINGS`)
@@ -287,9 +335,9 @@ def make_ladder_benchmark(n_queries: InstanceCount=50, # queries, one instance e
                           seed: int=0, # everything is derived from this seed
                           session_turns: TurnsSpec=6, # turns per evidence session, or an inclusive (low, high) range
                           pool_turns: Optional[TurnsSpec]=None, # turns per pool session (default: `session_turns`)
-                          qtypes: tuple[LadderQType, ...]=LADDER_QTYPES, # question types to cycle through
+                          qtypes: Annotated[tuple[LadderQType, ...], AfterValidator(_some)]=LADDER_QTYPES, # question types to cycle through
                           distractor_rate: UnitFloat=0.3, # pool sessions carrying a third-person near miss
-                          start: str='2023/01/02 (Mon) 09:00', # start of the history span
+                          start: StartDate='2023/01/02 (Mon) 09:00', # start of the history span
                           span_days: SpanDays=365, # evidence and pool sessions are dated within this span
                           phrasing: Phrasing='a' # template set of statements and questions (`PHRASINGS`)
                          ) -> tuple[list[Instance], list[Session]]:

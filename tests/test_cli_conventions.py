@@ -3,6 +3,8 @@
 import subprocess, sys
 
 import pytest
+
+from small_store import small_config
 import yaml
 
 from inproc import memlab_main
@@ -14,7 +16,7 @@ COMMANDS = ['run', 'resume', 'score', 'score-hypotheses', 'check', 'report', 'sh
 def test_version():
     import memlab
     r = memlab_main(['--version'])
-    assert r['rc'] == 0 and r['out'].strip() == f'memlab {memlab.__version__}'
+    assert r['rc'] == 0 and r['out'].startswith(f'memlab {memlab.__version__} (') and r['out'].count('\n') == 1, r['out']
 
 @pytest.mark.parametrize('cmd', COMMANDS)
 def test_every_subcommand_has_help_with_an_example(cmd):
@@ -33,10 +35,7 @@ def test_help_imports_nothing_heavy():
 @pytest.fixture(scope='module')
 def store(tmp_path_factory):
     tmp = tmp_path_factory.mktemp('cli')
-    cfg = dict(name='cli', section='cli', dataset={'kind': 'synthetic', 'params': {'n_instances': 2, 'queries_per_instance': 3, 'n_filler': 5}},
-               policies=[{'name': 'offline-reader', 'tier': 'strong'}], memories=[{'name': 'bm25', 'k': 12}])
-    (tmp / 'c.yaml').write_text(yaml.safe_dump(cfg))
-    assert memlab_main(['run', tmp / 'c.yaml', '--store', tmp / 's', '--score'])['rc'] == 0
+    assert memlab_main(['run', small_config(tmp, 'cli'), '--store', tmp / 's', '--score'])['rc'] == 0
     return tmp / 's'
 
 @pytest.mark.parametrize('args,says', [
@@ -45,7 +44,9 @@ def store(tmp_path_factory):
     (['score', '{s}', '--judge', 'offline-match', '--judge-model', 'x'], "judge 'offline-match' calls no model"),
     (['report', '{s}/../no-such-store'], 'no such store'),
     (['report', '{s}/../no-such-store', '--retrieval'], 'no such store'),
-    (['report', '{s}/rollouts', '--retrieval'], 'no run manifest'),
+    (['report', '{s}/rollouts', '--retrieval'], 'not a memlab store'),
+    (['report', '{s}/rollouts'], 'not a memlab store'),
+    (['show', '{s}', '--memory', 'bm99'], "no rollout of memory 'bm99'; memorys: bm25[k=12]"),
     (['reproduce', '--section', 'nosuch'], "no section notebook ['nosuch']"),
     (['data', 'inspect', 'nosuch', '{s}'], "unknown kind 'nosuch'"),
     (['score', '{s}', '--runs', '0'], 'must be a positive integer'),

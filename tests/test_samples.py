@@ -3,6 +3,7 @@ selects exactly the rollouts a verdict did not find CORRECT or that errored, bad
 explorer's filters and views follow its controls, and the inspect_ai export reads back with inspect_ai's own reader."""
 import json, re, sys
 
+import pandas as pd
 import pytest
 
 from inproc import memlab_main
@@ -159,3 +160,41 @@ def test_missing_inspect_ai_names_the_extra(store, tmp_path, monkeypatch):
     r = memlab_main(['export-inspect', store.root, tmp_path / 'logs'])
     assert r['rc'] == 1 and r['err'].count('\n') == 1 and "pip install 'memlab[inspect]'" in r['err'], r['out']
     assert not (tmp_path / 'logs').exists()
+
+
+def test_show_filters_by_policy_and_memory(store):
+    "`--policy` / `--memory` keep exactly that system's rollouts (issue 25: show could not filter by them)."
+    ro = store.rollouts()
+    for args, keep in ((['--policy', WEAK], ro['policy'] == WEAK), (['--memory', 'bm25[k=5]', '--policy', STRONG], ro['policy'] == STRONG)):
+        out = memlab_main(['show', store.root, *args, '--limit', 100])
+        assert out['rc'] == 0, out['out']
+        assert sorted(rollout_ids(out['out'])) == sorted(ro.loc[keep, 'rollout_id']), out['out']
+
+
+def test_inspect_log_has_duration_and_tokens(store, tmp_path):
+    "The export showed duration 0.0 s and no tokens: a log's duration is its rollouts' times, its usage their tokens."
+    pytest.importorskip('inspect_ai', reason='the optional inspect_ai package (memlab[inspect]) is not installed')
+    from memlab.core import Usage
+    recs = [r for r in store.rollout_records() if r.policy == STRONG]
+    st = ResultsStore(tmp_path / 'u')
+    st.write_rollouts([r.model_copy(update=dict(usage=Usage(input_tokens=100, output_tokens=20, calls=2))) for r in recs])
+    [log] = to_inspect_logs(st)
+    secs = (pd.Timestamp(log.stats.completed_at) - pd.Timestamp(log.stats.started_at)).total_seconds()
+    assert secs == pytest.approx(sum(r.timings['total_s'] for r in recs), abs=1e-3) and secs > 0
+    u = log.stats.model_usage[STRONG]
+    assert (u.input_tokens, u.output_tokens) == (100 * len(recs), 20 * len(recs))
+    assert all(s.total_time == r.timings['total_s'] for s, r in zip(sorted(log.samples, key=lambda s: s.uuid), sorted(recs, key=lambda r: r.rollout_id)))
+
+
+def test_long_context_evidence_names_its_first_session(tmp_path):
+    "A long-context window's text starts at its first session: the header names first and last, not only the last's date."
+    bench = make_benchmark(n_instances=1, queries_per_instance=2, n_filler=4, seed=3)
+    cfg = RunConfig(name='lc', section='test', dataset={'kind': 'synthetic'}, memories=[{'name': 'long-context', 'window_tokens': 100000}],
+                    policies=[{'name': 'offline-reader', 'tier': 'strong'}])
+    st = run(cfg, bench, tmp_path / 'lc', progress=False)
+    rec = st.rollout_records()[0]
+    [ev] = [e for s in rec.trajectory.steps if s.kind == 'search' for e in s.observation][:1]
+    ids = ev.meta['session_ids']
+    assert len(ids) > 1 and ev.text.startswith('### Session 1:')
+    out = memlab_main(['show', st.root, '--query', rec.rollout_id])['out']
+    assert f'#0 window of {len(ids)} sessions {ids[0]} … {ids[-1]} · last session {ev.date}' in out, out

@@ -88,13 +88,17 @@ def _halumem_user(rec: Any, f: Fields, source: str, layout: str) -> Instance:
     f.check(rec, dict, '<record>')
     uid = f.rid = f.get(rec, 'uuid', str)
     f.get(rec, 'persona_info', str)
-    sessions, queries, where, skipped, bool_updates = [], [], {}, 0, 0
+    sessions, queries, where, skipped, bool_updates, prev = [], [], {}, 0, 0, None
     for i, s in enumerate(f.items(rec, 'sessions', dict)):
         field, sid = f'sessions.{i}', f'{uid}:s{i}'
         if s.get('is_generated_qa_session') is True:
             if layout == 'medium': raise f.error(f'{field}.is_generated_qa_session', 'a generated QA session in a Medium file: load it with layout="long"')
             skipped += 1; continue
         start, end = _ts(f, f.get(s, 'start_time', str, field), f'{field}.start_time'), _ts(f, f.get(s, 'end_time', str, field), f'{field}.end_time')
+        if end < start: raise f.error(f'{field}.end_time', f"{s['end_time']!r} is before the session's start_time {s['start_time']!r}")
+        if prev and start < prev[1]:   # a memory's state is read in session order: the file's order must be the time order
+            raise f.error(f'{field}.start_time', f"{s['start_time']!r} is before session {prev[0]}'s start_time {prev[2]!r} (sessions out of time order)")
+        prev = (i, start, s['start_time'])
         turns = []
         for j, t in enumerate(f.items(s, 'dialogue', dict, field)):
             role = f.get(t, 'role', str, f'{field}.dialogue.{j}')
@@ -113,6 +117,8 @@ def _halumem_user(rec: Any, f: Fields, source: str, layout: str) -> Instance:
         sessions.append(Session(id=sid, date=start.strftime(SESSION_DATE), turns=turns,
                                 meta={'index': i, 'start_time': s['start_time'], 'end_time': s['end_time'],
                                       'end_date': end.strftime(SESSION_DATE), 'memory_points': [m.model_dump() for m in mps]}))
+    if not sessions:
+        raise f.error('sessions', 'the user has no sessions' + (f' (its {skipped} generated QA sessions are skipped)' if skipped else '') + ': nothing to remember')
     persona = rec['persona_info']
     name = m.group(1).strip() if (m := re.search(r'Name:\s*(.*?); Gender:', persona)) else None   # eval code's regex
     meta = dict(dataset='halumem', layout=layout, source=source, record=f.index, name=name, skipped_generated_sessions=skipped,

@@ -90,10 +90,14 @@ def run_scored(p: MemTraceParams, # the section's checked parameters (judge mode
                runs_dir: str|Path, # the store goes to runs_dir/<cfg.name> (a re-run resumes it)
                progress: Optional[bool]=None # tqdm bar; default: on unless $MEMLAB_PROGRESS is 0
               ) -> tuple:
-    "Run the grid, score it with the section's judge: (store, judge, `probe_frame` rows)."
+    "Run the grid, score it with the section's judge: (store, judge, `probe_frame` rows); one RuntimeError line when no response has a verdict."
     store = run(cfg, instances, Path(runs_dir) / cfg.name, retry_errors=p.retry_errors, progress=progress)
     judge = build_judge(judge_spec(p, p.judge_model))
-    return store, judge, scored_frame(store, instances, probes, judge)
+    df = scored_frame(store, instances, probes, judge)
+    if not len(df):   # every table reads verdicts (and is labelled with the policies that produced them): say so once, as the walkthrough does
+        raise RuntimeError(f"no response has a verdict ({df.attrs['n_error']} errors, {df.attrs['n_unjudged']} unparsed verdicts of judge "
+                           f"{judge.label}): the tables below need at least one; read them with `memlab show {store.root} --failed`")
+    return store, judge, df
 
 def frame_summary(df: pd.DataFrame # `probe_frame` rows
                  ) -> str:

@@ -56,13 +56,14 @@ def _sessions(path: Path, bundle: str) -> tuple[list[Session], dict]:
     quirks = dict(sessions_out_of_order=sum(a > b for a, b in zip(orders, orders[1:])), order_gaps=len(set(range(min(orders), max(orders) + 1)) - set(orders)) if orders else 0)
     return [s for *_, s in sorted(out, key=lambda t: (t[0], t[1], t[2]))], quirks
 
-def _queries(path: Path, bundle: str, sids: set) -> tuple[list[Query], dict]:
+def _queries(path: Path, bundle: str, sids: set, cases: set) -> tuple[list[Query], dict]:
     "One query per qa of every instance, with the official id and the judge's fields in `meta`."
     out, short = [], 0
     for i, rec in enumerate(read_json_records(path)):
         f = Fields(path, i, 'instance_id'); f.check(rec, dict, '<record>')
         iid = f.rid = f.get(rec, 'instance_id', str)
         case_id, rtype, sub = f.get(rec, 'case_id', str), f.get(rec, 'relation_type', str), f.get(rec, 'relation_subtype', str)
+        if case_id not in cases: raise f.error('case_id', f"{case_id!r} is the case_id of no session in history_sessions.json")
         if rtype not in RELATION_TYPES: raise f.error('relation_type', f'expected one of {list(RELATION_TYPES)}, got {rtype!r}')
         if sub not in SUBTYPE_COLUMNS: raise f.error('relation_subtype', f'unknown subtype {sub!r}; known: {sorted(SUBTYPE_COLUMNS)}')
         src = f.get(rec, 'source', str)
@@ -96,7 +97,7 @@ def load_subtlememory(path: str|Path, # a `persona_*` folder, or the folder hold
         for name in ('bench_instances.json', 'history_sessions.json'):
             if not (d / name).exists(): raise RecordError(f'{d / name}: missing (a persona folder holds bench_instances.json and history_sessions.json)')
         sessions, q1 = _sessions(d / 'history_sessions.json', d.name)
-        queries, q2 = _queries(d / 'bench_instances.json', d.name, {s.id for s in sessions})
+        queries, q2 = _queries(d / 'bench_instances.json', d.name, {s.id for s in sessions}, {s.meta['case_id'] for s in sessions})
         out.append(Instance(id=d.name, sessions=sessions, queries=queries, meta=dict(dataset='subtlememory', source=str(d), conversation_id=f'subtlememory_{k}', **q1, **q2)))
     return out
 

@@ -8,7 +8,7 @@ import html, json, re
 from collections import Counter
 from typing import Any, Callable, Literal, Optional, Sequence
 import pandas as pd
-from ...core import Query
+from ...core import Query, PosInt
 from ...judge import (Judge, OFFLINE_JUDGE_LABEL, register_judge, _strip_fences, canonical_text, answer_clauses,
                           affirmed_clauses, is_undecided)
 from ...memory import terms
@@ -16,13 +16,13 @@ from ...memory import terms
 # %% auto #0
 __all__ = ['JUDGE_SYSTEM_PROMPT', 'JUDGE_USER_PROMPT', 'RELATION_TYPE_GUIDANCE', 'RELATION_SUBTYPE_GUIDANCE',
            'RELATION_SUBTYPE_ALIASES', 'SOURCE_GUIDANCE', 'BYPASS_CORRECT', 'BYPASS_WRONG', 'OFFICIAL_RAISES',
-           'OFFICIAL_DEFAULT_REASON', 'REPLY_RULES', 'NO_MODEL', 'NUM_RUNS_CODE_DEFAULT', 'NUM_RUNS_DATASET_CONFIG',
-           'MEMLAB_VOTE', 'clean_references', 'reference_block', 'optional_text', 'relation_type_key',
-           'relation_subtype_key', 'source_key', 'has_relation_metadata', 'relation_guidance_block',
-           'source_guidance_block', 'persona_context_block', 'judge_user_prompt', 'judge_messages',
-           'normalize_reference', 'reference_verdict', 'official_reason', 'official_judge_reply', 'strict_judge_reply',
-           'parse_judge_reply', 'SubtleLLMJudge', 'majority_vote', 'run_accuracy', 'reference_similarity',
-           'SubtleOfflineJudge']
+           'OFFICIAL_DEFAULT_REASON', 'REPLY_RULES', 'NO_MODEL', 'JUDGE_MAX_TOKENS_NOTE', 'NUM_RUNS_CODE_DEFAULT',
+           'NUM_RUNS_DATASET_CONFIG', 'MEMLAB_VOTE', 'clean_references', 'reference_block', 'optional_text',
+           'relation_type_key', 'relation_subtype_key', 'source_key', 'has_relation_metadata',
+           'relation_guidance_block', 'source_guidance_block', 'persona_context_block', 'judge_user_prompt',
+           'judge_messages', 'normalize_reference', 'reference_verdict', 'official_reason', 'official_judge_reply',
+           'strict_judge_reply', 'parse_judge_reply', 'SubtleLLMJudge', 'majority_vote', 'run_accuracy',
+           'reference_similarity', 'SubtleOfflineJudge']
 
 # %% ../../../nbs/protocols/subtle/03_judge.ipynb #1de25ba4
 JUDGE_SYSTEM_PROMPT = """You are a benchmark answer judge for open-ended memory evaluation questions.
@@ -283,6 +283,8 @@ def parse_judge_reply(reply: Optional[str], # the judge model's reply text
 
 # %% ../../../nbs/protocols/subtle/03_judge.ipynb #1563fa09
 NO_MODEL = 'no model called (exact match)'   # the start of `raw` when the bypass decided
+JUDGE_MAX_TOKENS_NOTE = ('llm_judge.py @be80b28 sends no output limit, and memlab sends none by default; a small local model may '
+                         'not stop: on a CPU llama.cpp server one request ran over 8 minutes. Pass max_tokens (e.g. 512) to bound it.')
 
 @register_judge('subtlememory-llm')
 class SubtleLLMJudge(Judge):
@@ -290,11 +292,13 @@ class SubtleLLMJudge(Judge):
     def __init__(self, complete: Callable[[list[dict]], str], # OpenAI chat messages -> reply text
                  model: str='gemini-3.1-pro-preview-thinking', # the paper's judge (the repository's code defaults to gpt-4o-mini)
                  temperature: float=0.0, # the repository's setting
-                 max_tokens: Optional[int]=None, # None: no limit, as the repository
+                 max_tokens: Optional[PosInt]=None, # output limit per judge request; None: none sent, as the repository (`JUDGE_MAX_TOKENS_NOTE`)
                  reply_rule: Literal['official', 'strict']='official' # how replies are read (`REPLY_RULES`): the repository's, or memlab's strict one
                 ):
         if not callable(complete): raise TypeError(f'{type(self).__name__} needs complete=callable(messages) -> str')
         if reply_rule not in REPLY_RULES: raise ValueError(f'reply_rule must be one of {sorted(REPLY_RULES)}, got {reply_rule!r}')
+        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+            raise ValueError(f'max_tokens must be a positive integer or None (no limit, as the repository), got {max_tokens!r}')
         self.complete, self.model, self.reply_rule = complete, model, reply_rule
         self.params = dict(temperature=temperature, **({'max_tokens': max_tokens} if max_tokens else {}))
     def prompt_texts(self):

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import tempfile
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 import pandas as pd
 from pydantic import Field, model_validator
 from ...core import Instance, PosInt, NonNegInt
@@ -18,16 +18,33 @@ from .judge import majority_vote
 from ...store import ResultsStore
 
 # %% auto #0
-__all__ = ['SETTINGS', 'SETTING_OF', 'SUBTLE_PARAMS', 'subtlememory_dataset', 'run_configs', 'query_frame', 'SubtleParams',
+__all__ = ['PersonaName', 'PersonaCount', 'SessionCount', 'TurnCount', 'SetCount', 'Size', 'SETTINGS', 'SETTING_OF',
+           'SUBTLE_PARAMS', 'persona_names', 'subtlememory_dataset', 'run_configs', 'query_frame', 'SubtleParams',
            'check_params']
 
 # %% ../../../nbs/protocols/subtle/05_protocol.ipynb #863538e6
+PersonaName = Annotated[str, Field(pattern=r'^persona_[A-Za-z0-9_-]{1,64}$')]   # a persona_* folder name: one path component, no '/' or '..'
+PersonaCount = Annotated[int, Field(ge=1, le=10_000)]      # generator: personas (the release: ten)
+SessionCount = Annotated[int, Field(ge=0, le=100_000)]     # generator: ordinary sessions per persona (the release: about 220)
+TurnCount = Annotated[int, Field(ge=1, le=1_000)]          # generator: turns per session
+SetCount = Annotated[int, Field(ge=1, le=1_000)]           # generator: variant sets per case
+Size = Annotated[int, Field(ge=1, le=2**31 - 1)]           # k, windows, batches, output limits: any size an int32 holds
+
+def persona_names(source: str, # 'synthetic' or 'released'
+                  path: Optional[str|Path]=None, # the released folder (a persona_* folder or the folder holding them)
+                  n_personas: int=2, seed: int=0 # the generator's personas: persona_<seed> .. persona_<seed + n_personas - 1>
+                 ) -> set[str]:
+    "The persona folders a dataset spec can keep, found without loading them."
+    if source == 'synthetic': return {f'persona_{seed + i}' for i in range(n_personas)}
+    path = Path(path)
+    return {path.name} if (path / 'bench_instances.json').exists() else {p.name for p in path.glob('persona_*') if p.is_dir()}
+
 @DATASETS.register('subtlememory')
 def subtlememory_dataset(source: Literal['synthetic', 'released']='synthetic', # the generator, or the released layout
                          path: Optional[str]=None, # the released folder (source 'released')
-                         personas: Optional[list[str]]=None, # persona folders to keep (None: all)
-                         n_personas: PosInt=2, n_unrelated: NonNegInt=40, turns: PosInt=6, n_sets: PosInt=1, # generator sizes
-                         seed: NonNegInt=0, # generator seed
+                         personas: Optional[list[PersonaName]]=None, # persona folders to keep (None: all)
+                         n_personas: PersonaCount=2, n_unrelated: SessionCount=40, turns: TurnCount=6, n_sets: SetCount=1, # generator sizes
+                         seed: Annotated[int, Field(ge=0, le=2**31 - 1)]=0, # generator seed
                          phrasing: Literal['a', 'b']='a' # generator: one of its two independently written phrasing sets
                         ) -> list[Instance]:
     "SubtleMemory personas, one Instance each (`load_subtlememory`)."
@@ -94,27 +111,27 @@ class SubtleParams(SectionParams):
     "The parameters of the SubtleMemory section notebook (strict: a bad type or an unknown name is refused)."
     dataset: Literal['synthetic', 'released'] = 'synthetic'   # the generator, or the released folder in data_path
     data_path: Optional[str] = None          # data/subtlememory (or one persona_* folder) of the release
-    personas: Optional[list[str]] = None     # persona folders to keep; None: all
-    n_personas: PosInt = 2                   # generator: personas
-    n_unrelated: NonNegInt = 40              # generator: ordinary sessions per persona
-    turns: PosInt = 6                        # generator: turns per session
-    n_sets: PosInt = 1                       # generator: variant sets per case (11 cases; the release: about 50 instances per persona)
+    personas: Optional[list[PersonaName]] = None   # persona folders to keep; None: all
+    n_personas: PersonaCount = 2                   # generator: personas
+    n_unrelated: SessionCount = 40              # generator: ordinary sessions per persona
+    turns: TurnCount = 6                        # generator: turns per session
+    n_sets: SetCount = 1                       # generator: variant sets per case (11 cases; the release: about 50 instances per persona)
     phrasing: Literal['a', 'b'] = 'a'        # generator: one of its two independently written phrasing sets
     memories: list[str] = Field(default_factory=lambda: ['long-context', 'bm25', 'dense', 'items', 'ppr-graph'], min_length=1)
     embedder: str = 'hash-embed'             # the dense and hybrid memories' embedder (full run: all-MiniLM-L6-v2)
-    k: PosInt = 20                           # top-k of the default setting (paper Table 9: 20)
-    window_tokens: PosInt = 4000             # the long-context memory's window
+    k: Size = 20                           # top-k of the default setting (paper Table 9: 20)
+    window_tokens: Size = 4000             # the long-context memory's window
     granularity: Literal['session', 'message', 'batch'] = 'session'   # ingestion unit
-    batch: PosInt = 4                        # messages per unit when granularity is 'batch'
+    batch: Size = 4                        # messages per unit when granularity is 'batch'
     settings: list[Literal['oracle', 'perfect', 'default']] = Field(default_factory=lambda: ['oracle', 'perfect', 'default'], min_length=1)
     prompts: list[Literal['v1', 'v2']] = Field(default_factory=lambda: ['v1', 'v2'], min_length=1)   # answer prompts (model backends)
     tiers: list[Literal['weak', 'medium', 'strong']] = Field(default_factory=lambda: ['strong', 'medium', 'weak'], min_length=1)   # offline reader
     models: list[str] = Field(default_factory=lambda: ['gpt-4o-mini'])   # answer models (backend openai/anthropic)
-    max_tokens: PosInt = 16384               # answer output limit (paper: 16,384)
+    max_tokens: Size = 16384               # answer output limit (paper: 16,384)
     judge_model: Optional[str] = None        # None: the offline judge; else subtlememory-llm with this model (paper: Gemini 3.1 Pro Preview)
-    judge_runs: PosInt = 1                   # judge runs, majority vote (dataset config: 1; judge code default: 3)
+    judge_runs: Annotated[int, Field(ge=1, le=100)] = 1                   # judge runs, majority vote (dataset config: 1; judge code default: 3)
     calibration_persona: Optional[str] = None   # Table 2's persona; None: the first
-    n_resamples: PosInt = 10_000             # bootstrap resamples (paper: 10,000)
+    n_resamples: Annotated[int, Field(ge=1, le=1_000_000)] = 10_000             # bootstrap resamples (paper: 10,000)
 
     @model_validator(mode='after')
     def _consistent(self):
@@ -123,6 +140,10 @@ class SubtleParams(SectionParams):
             if not self.data_path: raise ValueError("data_path: dataset 'released' needs the data/subtlememory folder")
             if not Path(self.data_path).is_dir(): raise ValueError(f'data_path: folder not found: {self.data_path}')
         elif self.data_path is not None: raise ValueError("data_path: read only for dataset 'released' (dataset is 'synthetic')")
+        if self.personas is not None:       # checked here, before any work, not when the data loads
+            have = persona_names(self.dataset, self.data_path, self.n_personas, self.seed)
+            unknown = sorted(set(self.personas) - have)
+            if unknown: raise ValueError(f'personas: {unknown} not in the data (it has {sorted(have)})')
         for m in self.memories:
             if m not in MEMORIES: raise ValueError(f'memories: unknown memory {m!r}; known: {sorted(MEMORIES)}')
             if MEMORIES[m].readback is Memory.readback and 'perfect' in self.settings:
