@@ -39,7 +39,7 @@ def test_memgym_with_openai_backend_summarizer_and_judges_and_no_key_leak(tmp_pa
         assert p.returncode == 0, p.stderr[-3000:]
         reqs = [r for r in srv.requests if r and r.get('messages')]
     head = lambda t, n=60: t.split('{')[0][:n]
-    by = lambda model: [r['messages'][0]['content'] for r in reqs if r['model'] == model]
+    by = lambda model: [m['content'] for r in reqs if r['model'] == model for m in r['messages'] if isinstance(m.get('content'), str)]
     assert any(c.startswith(head(SUMMARIZATION_PROMPT)) for c in by('loop-sum')), 'the summarizer was never called'
     answers = by('loop-model')
     assert any(c.startswith(head(EVICTED_ANSWER_PROMPT)) for c in answers) and any(c.startswith(head(EVICTED_ANSWER_QA_PROMPT_MEMORY_ONLY)) for c in answers)
@@ -49,7 +49,7 @@ def test_memgym_with_openai_backend_summarizer_and_judges_and_no_key_leak(tmp_pa
     # the verifiers judge with the configured judge (issue 22): the summarizer first runs in the first track's run, after
     # every instance was verified, so the judge requests before it are the verifiers'
     first_run = next(i for i, r in enumerate(reqs) if r['model'] == 'loop-sum')
-    verifier_judged = [r['messages'][0]['content'] for r in reqs[:first_run] if r['model'] == 'loop-judge']
+    verifier_judged = [r['messages'][-1]['content'] for r in reqs[:first_run] if r['model'] == 'loop-judge']   # the prompt (DR's follows a system line)
     assert verifier_judged and all(c.startswith((head(ANSWER_JUDGE_PROMPT), head(FACT_JUDGE_PROMPT), head(NOISE_JUDGE_PROMPT))) for c in verifier_judged)
     res = out / 'results' / 'memgym'
     yt = pd.read_csv(res / 'verifier_yield.csv')
@@ -90,7 +90,8 @@ def test_the_verifiers_judge_with_the_configured_judge(tmp_path, monkeypatch):
         _, cq_counts = CQ.verify_all(cq, CQ.OfflineCodeQAReasoner(), vj['fact'], vj['noise'])
         cq_reqs = [r for r in srv.requests if r and r.get('messages')][len(dr_reqs):]
     assert calls and len(dr_reqs) == len(calls)                      # every DR verifier judgement is one request to the judge model
-    assert all(r['model'] == 'loop-judge' and r['messages'][0]['content'].startswith(ANSWER_HEAD) for r in dr_reqs)
+    assert all(r['model'] == 'loop-judge' and r['messages'][-1]['content'].startswith(ANSWER_HEAD) for r in dr_reqs)
+    assert all(r['messages'][0] == {'role': 'system', 'content': DR.ANSWER_JUDGE_SYSTEM} for r in dr_reqs)   # the official client's system line
     assert counts['generated'] == 2 and all(k.verification['judge'] == 'memgym-llm (loop-judge)' for k in kept)
     heads = {r['messages'][0]['content'][:40] for r in cq_reqs}
     assert {CQ.FACT_JUDGE_PROMPT[:40], CQ.NOISE_JUDGE_PROMPT[:40]} <= heads and all(r['model'] == 'loop-judge' for r in cq_reqs)
