@@ -13,7 +13,7 @@ from ...core import Instance
 from ...runner import RunConfig, hash_named, run, score, output_dirs, estimate, build_judge, load_dataset
 from .agents import mab_agents, memorize_history, mab_reader_ceiling
 from .report import mab_results, ablation as mab_ablation
-from ...plots import save_table
+from ...sections import TableSaver
 from ...stats import MIN_N_CI
 
 # %% auto #0
@@ -57,7 +57,8 @@ class MABSection:
 
     def __post_init__(self):
         self.results_dir, self.figures_dir = output_dirs('memoryagentbench', self.out_root)
-        self.saved, self.labels = [], []   # names of the tables written; policy labels of the main run
+        self._tables = TableSaver(self.results_dir, [])   # the sections' table writer; labels given per call (`save`)
+        self.saved, self.labels = self._tables.saved, []   # names of the tables written; policy labels of the main run
         self._judge = None
 
     @classmethod
@@ -179,7 +180,7 @@ def save(self: MABSection,
         ):
     "Write a table as soon as it is computed (a later failure keeps it), labelled, its column levels joined."
     t = t.copy(); t.columns = [' / '.join(map(str, c)) if isinstance(c, tuple) else c for c in t.columns]
-    save_table(t, self.results_dir / f'{name}.csv', self.labels); self.saved.append(name)
+    self._tables(t, name, labels=self.labels)
 
 # %% ../../../nbs/protocols/mab/09_section.ipynb #de647b3c
 @patch
