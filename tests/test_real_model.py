@@ -1,13 +1,14 @@
 """memlab against a real OpenAI-compatible server with a real (tiny) model: `make test-real-model` (skipped otherwise).
 
 llama-cpp-python's server with `--chat_format chatml-function-calling`, serving SmolLM2-135M-Instruct (tests/real_server.py).
-A few rollouts of each section notebook with backend=openai, and the CLI: tool calls reach the server and come back,
+A few rollouts of each of the six section notebooks with backend=openai, and the CLI: tool calls reach the server and come back,
 the judge runs, a re-run is served from the response cache (0 requests in the server's own access log), a server
 killed mid-run leaves errors that `memlab resume --retry-errors` finishes, and the API key appears nowhere.
 The model is tiny: answers are mostly wrong and some tool calls malformed; these tests check the harness, not the model.
 """
 import json, os, subprocess, sys, time
 from pathlib import Path
+import pandas as pd
 import pytest
 import yaml
 from real_server import RealServer, configured, ALIAS
@@ -112,6 +113,51 @@ def test_memgym_with_a_real_reasoner_summarizer_and_judge(server, work):
     if (sc['label'] == 'unparsed').all():                  # the tiny model's verdicts are often not JSON: reported, not scored
         assert 'no answer was judged' in out and not list((work / 'mg').rglob('memory_gain.csv'))
     else: assert list((work / 'mg').rglob('memory_gain.csv'))
+
+
+def papermill_run(work, name, **params) -> subprocess.CompletedProcess:
+    "`papermill` without asserting success: a tiny model's judge may leave a section nothing to score."
+    out, pf = work / f'{name}.ipynb', work / f'{name}.params.yaml'
+    pf.write_text(yaml.safe_dump(params))
+    return subprocess.run([sys.executable, '-m', 'papermill', '-k', 'python3', '--cwd', str(ROOT / 'nbs' / 'sections'),
+                           str(ROOT / 'nbs' / 'sections' / f'{name}.ipynb'), str(out), '-f', str(pf), '--log-level', 'WARNING'],
+                          env=env(work), capture_output=True, text=True, timeout=1800)
+
+
+def test_memtrace_with_a_real_model_and_its_judge(server, work):
+    "MemTrace (one user, two windows, bm25): the model answers, memtrace-llm judges; unparsed verdicts are counted, never scored."
+    n0 = server.n_chat()
+    r = papermill_run(work, 'memtrace', **common(server, work, 'mt'), models=[ALIAS], judge_model=ALIAS, n_users=1,
+                      n_sessions=4, turns=4, n_updates=1, n_windows=2, anchored=False, memories=['bm25'], k=3,
+                      caps={'static': 1, 'dynamic': 1, 'preference': 1, 'conflict': 1, 'boundary': 1}, n_reach=4, n_oracle=2)
+    (st,) = stores(work / 'mt')
+    df = results_frame(st)
+    assert len(df) >= 4 and df['error'].isna().all(), df['error'].tolist()
+    assert (df['policy_label'] == f'openai:{ALIAS}').all()
+    sc = ResultsStore(st).scores()
+    assert 'memtrace-llm' in set(sc['judge']) and set(sc['label']) <= {'CORRECT', 'WRONG', 'unparsed', 'error'}, sc['label'].value_counts()
+    assert server.n_chat() - n0 >= len(df) * 2                 # every answer and every verdict reached the server
+    parsed = sc[sc['judge'] == 'memtrace-llm']['label'].isin(['CORRECT', 'WRONG'])
+    if parsed.any(): assert r.returncode == 0, r.stderr[-3000:]
+    else:                                                      # nothing to score: one line saying so, not a traceback of save()
+        assert r.returncode != 0 and 'no response has a verdict' in r.stderr and 'save_table' not in r.stderr, r.stderr[-3000:]
+
+
+def test_subtlememory_with_a_real_model_and_the_official_judge(server, work):
+    "SubtleMemory (one persona, oracle and default settings): prompt v1 answers, the official judge prompt judges."
+    n0 = server.n_chat()
+    r = papermill_run(work, 'subtlememory', **common(server, work, 'sm'), models=[ALIAS], judge_model=ALIAS, n_personas=1,
+                      n_unrelated=2, turns=2, n_sets=1, memories=['bm25'], k=3, settings=['oracle', 'default'],
+                      prompts=['v1'], judge_max_tokens=64)
+    runs = stores(work / 'sm')
+    assert runs, r.stderr[-3000:]
+    df = pd.concat([results_frame(s) for s in runs])
+    assert len(df) >= 2 and not df['error'].fillna('').str.contains('valid string|Connection').any(), df['error'].tolist()
+    assert (df['policy_label'] == f'openai:{ALIAS}').all()
+    sc = pd.concat([ResultsStore(s).scores() for s in runs])
+    assert 'subtlememory-llm' in set(sc['judge']), set(sc['judge'])
+    assert server.n_chat() - n0 >= len(df)
+    assert r.returncode == 0 or 'Traceback' not in r.stderr.splitlines()[-1], r.stderr[-3000:]
 
 
 def _config(work, server, name, seed) -> Path:

@@ -60,7 +60,7 @@ if HALUMEM_EXCERPT.exists():
 def papermill(name: str, tmp: Path) -> subprocess.CompletedProcess:
     section, params = CASES[name]
     out = tmp / name
-    env = {**os.environ, 'MEMLAB_OUT': str(out), 'MEMLAB_CACHE': str(tmp / f'{name}.sqlite')}
+    env = {**os.environ, 'MEMLAB_OUT': str(out), 'MEMLAB_CACHE': str(tmp / f'{name}.sqlite'), 'MEMLAB_FIGURE_CHECK': '1'}   # figures: no overlapping text
     env.pop('MEMLAB_PROGRESS', None)                          # progress bars on, as in a researcher's run
     args = [sys.executable, '-m', 'papermill', '-k', 'python3', '--cwd', str(SECTIONS), str(SECTIONS / f'{section}.ipynb'),
             str(tmp / f'{name}.ipynb'), '--log-level', 'WARNING']

@@ -3,7 +3,7 @@
     .venv/bin/python tests/benchmarks/bench_mab.py [--quick] [--minilm] [--families ruler_qa2 'longmemeval_s*']
         [--contexts 5] [--context-tokens 131072] [--queries 10] [--repeats 3] [--qe-budget 10]
         [--lengths 8192 16384 32768 65536 131072] [--scale-rounds 7] [--scale-budget 3] [--scale-family ruler_qa2]
-        [--scale-chunk 512] [--gc] [--no-save]
+        [--scale-chunk 512] [--gc] [--no-save] [--plot-only]
 
 Seed 001 §4.4.3: "we randomly choose 5 examples from RULER-QA2 and LME (S*), and report the latency of various memory
 agents" as Memory Construction (M.C.) and Query Execution (Q.E.) at chunk sizes 512 and 4096 (Table 4). Here the
@@ -261,34 +261,13 @@ def section_scaling(a, specs) -> tuple:
                 f' {fits(x, ymin)["r2"]:6.4f} {f["loglog"]:6.3f}')
     return recs, curves
 
-def plot(curves: dict, a, load: float) -> Path:
-    "The scaling curves: M.C. seconds with the affine fits, and M.C. per 1K tokens (flat = linear)."
+def plot() -> Path:
+    "The scaling figure from the saved CSV, in the one figure style (memlab.protocols.mab.figures.construction_scaling)."
     import matplotlib; matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, LogLocator
-    from memlab.plots import label_figure, save_figure
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.4))
-    for label, (x, y, f) in curves.items():
-        p = ax1.plot(x / 1024, y, 'o', label=f'{label}: R$^2$ {f["r2"]:.3f}, per-1K largest/smallest {f["ratio"]:.2f}')[0]
-        xs = np.linspace(0, x.max(), 50)
-        ax1.plot(xs / 1024, f['intercept'] + f['slope'] * xs, '-', color=p.get_color(), lw=1, alpha=0.7)
-        ax2.plot(x / 1024, 1e6 * y / x, 'o-', color=p.get_color())
-    ax1.set(xlabel='context length (K tokens)', ylabel='memory construction (s)', title='M.C. time, affine least-squares fits')
-    ax1.legend(fontsize=8); ax1.set_xlim(left=0); ax1.set_ylim(bottom=0)
-    ax2.set(xlabel='context length (K tokens, log)', ylabel='M.C. ms per 1K tokens (log)', xscale='log', yscale='log',
-            title='M.C. per 1K tokens (flat = linear)')
-    x = next(iter(curves.values()))[0]
-    ax2.set_xticks(x / 1024, [f'{v / 1024:.0f}' for v in x]); ax2.xaxis.set_minor_locator(plt.NullLocator())
-    ax2.yaxis.set_major_locator(LogLocator(subs=(1, 2, 5))); ax2.yaxis.set_minor_locator(plt.NullLocator())
-    ax2.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f'{v:g}'))
-    per = np.concatenate([1e6 * y / x for x, y, _ in curves.values()])
-    ax2.set_ylim(per.min() / 1.6, per.max() * 1.6)
-    label_figure(fig, ['none: memory construction only, offline memories (no LLM)'],
-                 f'MemoryAgentBench memory construction vs context length: offline memories (no LLM)\n'
-                 f'{a.scale_family} contexts, chunk size {a.scale_chunk}, median of >= {a.scale_rounds} cold builds; '
-                 f'{os.cpu_count()} shared CPU cores (load average {load:.1f})')
-    fig.tight_layout()
-    return save_figure(fig, FIG)
+    from memlab.plots import save_figure
+    from memlab.protocols.mab.figures import construction_scaling
+    t = pd.read_csv(CSV)
+    return save_figure(construction_scaling(t, sorted(t['label'].unique()) if 'label' in t else [BENCH_LABEL]), FIG)
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -303,7 +282,9 @@ def main():
     ap.add_argument('--scale-family', default='ruler_qa2'); ap.add_argument('--scale-chunk', type=int, default=512)
     ap.add_argument('--no-save', action='store_true', help='write neither the figure nor the CSV')
     ap.add_argument('--gc', action='store_true', help='keep the garbage collector on while timing')
+    ap.add_argument('--plot-only', action='store_true', help='redraw the figure from the saved CSV, measuring nothing')
     a = ap.parse_args()
+    if a.plot_only: print(f'wrote {plot().relative_to(ROOT)} from {CSV.relative_to(ROOT)}'); return
     global KEEP_GC; KEEP_GC = a.gc
     if a.quick: a.contexts, a.context_tokens, a.queries, a.lengths, a.scale_rounds, a.scale_budget = 2, 32768, 5, [8192, 16384, 32768, 65536], 9, 2.0
     if a.minilm and not dense_available(): ap.error(f'--minilm: {MINILM} is not installed (the dense extra)')
@@ -320,7 +301,7 @@ def main():
         CSV.parent.mkdir(parents=True, exist_ok=True)
         from memlab.plots import save_table
         save_table(pd.DataFrame(recs + srecs).astype({'n_queries': 'Int64'}), CSV, [BENCH_LABEL])
-        print(f'\nwrote {plot(curves, a, load).relative_to(ROOT)} and {CSV.relative_to(ROOT)} ({len(recs) + len(srecs)} rows)')
+        print(f'\nwrote {plot().relative_to(ROOT)} and {CSV.relative_to(ROOT)} ({len(recs) + len(srecs)} rows)')
     print(f'total {time.perf_counter() - t0:.0f} s; load average at the end {os.getloadavg()[0]:.2f}')
 
 if __name__ == '__main__':

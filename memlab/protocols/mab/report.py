@@ -52,13 +52,13 @@ def mab_results(store, # a scored store (or its path)
 def table2(df: pd.DataFrame, # `mab_results` rows
            rows: Sequence[str]=('reader', 'agent') # what a row is
           ) -> pd.DataFrame:
-    "Mean score x100 per agent and task, columns grouped (competency, task) in the paper's order."
-    t = df.pivot_table(index=list(rows), columns=['competency', 'task'], values='score', aggfunc='mean') * 100
+    "Mean score (fraction in [0, 1]) per agent and task, columns grouped (competency, task) in the paper's order."
+    t = df.pivot_table(index=list(rows), columns=['competency', 'task'], values='score', aggfunc='mean')
     cols = sorted(t.columns, key=lambda c: (COMP_ORDER.index(c[0]), TASK_ORDER.index(c[1])))
     return t[cols]
 
 def mark_best(t: pd.DataFrame, # a numeric table
-              digits: int=1 # decimals shown
+              digits: int=3 # decimals shown
              ) -> pd.DataFrame:
     "The table as strings, each column's best value (ties included) marked with '*'."
     best = t.eq(t.max(axis=0), axis=1)
@@ -69,10 +69,8 @@ def per_source(df: pd.DataFrame, # `mab_results` rows
                n_resamples: int=1000, seed: int=0, # bootstrap settings
                min_n: Optional[int]=None # fewest questions for a CI; None: `memlab.stats.MIN_N_CI`
               ) -> pd.DataFrame:
-    "Mean score with a 95% bootstrap CI over questions (a note where too few), per agent and source (Tables 6-7), x100."
-    t = bootstrap_table(df.dropna(subset=['score']), 'score', by=['competency', 'task', 'source', *by], n_resamples=n_resamples, seed=seed, min_n=min_n)
-    t[['mean', 'lo', 'hi']] *= 100
-    return t
+    "Mean score with a 95% bootstrap CI over questions (a note where too few), per agent and source (Tables 6-7), fractions in [0, 1]."
+    return bootstrap_table(df.dropna(subset=['score']), 'score', by=['competency', 'task', 'source', *by], n_resamples=n_resamples, seed=seed, min_n=min_n)
 
 # %% ../../../nbs/protocols/mab/07_report.ipynb #66152716
 def lc_vs_best_rag(df: pd.DataFrame, # `mab_results` rows with a long-context agent and RAG agents
@@ -103,10 +101,8 @@ def ablation(df: pd.DataFrame, # `mab_results` rows of several runs, with a colu
              n_resamples: int=1000, seed: int=0, # bootstrap settings
              min_n: Optional[int]=None # fewest questions for a CI; None: `memlab.stats.MIN_N_CI`
             ) -> pd.DataFrame:
-    "Mean score x100 with 95% CIs over questions (a note where too few) against `param`."
-    t = bootstrap_table(df.dropna(subset=['score']), 'score', by=[*by, param], n_resamples=n_resamples, seed=seed, min_n=min_n)
-    t[['mean', 'lo', 'hi']] *= 100
-    return t
+    "Mean score (fraction in [0, 1]) with 95% CIs over questions (a note where too few) against `param`."
+    return bootstrap_table(df.dropna(subset=['score']), 'score', by=[*by, param], n_resamples=n_resamples, seed=seed, min_n=min_n)
 
 AXIS_LABELS = {'chunk_size': 'chunk size (tokens)', 'k': 'top-k (retrieved chunks)', 'context_tokens': 'context length (tokens)'}
 
@@ -116,7 +112,7 @@ def plot_ablation(t: pd.DataFrame, # `ablation` output
                   ax=None, # axes
                   logx: bool=False
                  ):
-    "Score against the parameter, one line with a CI band per agent (and policy, when there are several)."
+    "Score x100 (the paper's scale) against the parameter, one line with a CI band per agent (and policy, when there are several)."
     ax = ax or plt.subplots(figsize=(4.5, 3.4))[1]
     sub = t[t['task'] == task]
     keys = ['reader', 'agent'] if 'reader' in sub and sub['reader'].nunique() > 1 else ['agent']
@@ -125,10 +121,10 @@ def plot_ablation(t: pd.DataFrame, # `ablation` output
     rs = short_names(sub['reader'].unique()) if 'reader' in keys else {}   # 'strong' for 'offline reader (no LLM) [mab-reader[tier=strong]]'
     for (key, g), c in zip(groups, sns.color_palette('colorblind', len(groups))):
         g = g.sort_values(param)
-        ax.plot(g[param], g['mean'], marker='o', ms=3, color=c, label=f'{rs[key[0]]} / {key[1]}' if rs else (key[0] if isinstance(key, tuple) else key))
-        ax.fill_between(g[param], g['lo'], g['hi'], color=c, alpha=0.15)
+        ax.plot(g[param], 100 * g['mean'], marker='o', ms=3, color=c, label=f'{rs[key[0]]} / {key[1]}' if rs else (key[0] if isinstance(key, tuple) else key))
+        ax.fill_between(g[param], 100 * g['lo'], 100 * g['hi'], color=c, alpha=0.15)
     if logx: ax.set_xscale('log', base=2)
-    ax.set_xlabel(AXIS_LABELS.get(param, param), fontsize=8); ax.set_ylabel('score (0-100)', fontsize=8); ax.set_title(task, fontsize=9)
+    ax.set_xlabel(AXIS_LABELS.get(param, param), fontsize=8); ax.set_ylabel('score x100 (paper scale)', fontsize=8); ax.set_title(task, fontsize=9)
     ax.tick_params(labelsize=7)
     return ax
 

@@ -179,7 +179,7 @@ def save(self: MABSection,
          name: str # the CSV's stem under `results_dir`
         ):
     "Write a table as soon as it is computed (a later failure keeps it), labelled, its column levels joined."
-    t = t.copy(); t.columns = [' / '.join(map(str, c)) if isinstance(c, tuple) else c for c in t.columns]
+    t = t.copy(); t.columns = [' / '.join(str(x) for x in c if str(x) != '') if isinstance(c, tuple) else c for c in t.columns]
     self._tables(t, name, labels=self.labels)
 
 # %% ../../../nbs/protocols/mab/09_section.ipynb #de647b3c
@@ -222,5 +222,5 @@ def ablation_table(self: MABSection,
 def ablation_pivot(t: pd.DataFrame, # `ablation` rows
                    param: str # the varied parameter
                   ) -> pd.DataFrame:
-    "Mean x100 per reader, agent and task (rows) against the parameter (columns), 1 decimal."
-    return t.pivot_table(index=['reader', 'agent', 'task'], columns=param, values='mean').round(1)
+    "Mean (fraction in [0, 1]) per reader, agent and task (rows) against the parameter (columns), 3 decimals."
+    return t.pivot_table(index=['reader', 'agent', 'task'], columns=param, values='mean').round(3)

@@ -12,7 +12,7 @@ from .paired import HOP_STRATA
 # %% auto #0
 __all__ = ['fig3_strategies']
 
-# %% ../../../nbs/protocols/memgym/07_figures.ipynb #ea80bd3f
+# %% ../../../nbs/protocols/memgym/07_figures.ipynb #794f39af
 def _tokens(b) -> str: return f'{b / 1e6:g}M' if b >= 1e6 else f'{b / 1e3:g}k' if b >= 1e3 else f'{b:g}'
 
 def _one_group(t: pd.DataFrame, name: str, control: str) -> pd.DataFrame:
@@ -27,38 +27,42 @@ def fig3_strategies(budget_tab: pd.DataFrame, # `budget_table` rows of one reaso
                     hop_tab: pd.DataFrame, # `hop_table` rows of one reasoner
                     labels: Sequence[str], # policy labels of the data, as for `label_figure`
                     control: str='none', # the no-memory control strategy
-                    names: Optional[dict]=None, # strategy -> display name
+                    names: Optional[dict]=None, # strategy -> display name (default: `series_label`)
                     title: str='MemGym synthetic benchmarks: accuracy by budget and judge score by hop' # figure title
                    ):
-    "Figure 3: (a) CodeQA accuracy by budget with the control dashed, (b) DR judge score by hop stratum."
-    import seaborn as sns
-    from memlab.plots import panel_grid, label_figure
+    "Figure 3: (a) CodeQA accuracy by budget (95% bootstrap CIs) with the control dashed, (b) DR judge score by hop stratum."
+    from memlab.plots import paper_figure, paper_style, label_figure, figure_legend, series_style, series_label
     bt, ht, names = _one_group(budget_tab, 'budget_tab', control), _one_group(hop_tab, 'hop_tab', control), names or {}
     strategies = sorted((set(bt['strategy']) | set(ht['strategy'])) - {control}, key=str)
-    color = dict(zip(strategies, sns.color_palette('colorblind', len(strategies)))) | {control: '0.45'}
-    name = lambda s: names.get(s, str(s)) + (' (no memory)' if s == control else '')
-    fig, (axa, axb) = panel_grid(2, ncols=2, panel=(4.4, 3.3))
-    budgets = sorted(set(bt['budget'])); x = np.arange(len(budgets))
-    for s in [s for s in strategies if s in set(bt['strategy'])]:
-        t = bt[bt['strategy'] == s].set_index('budget').reindex(budgets)
-        axa.errorbar(x, t['mean'], yerr=[t['mean'] - t['lo'], t['hi'] - t['mean']], color=color[s], marker='o', ms=4, capsize=3, label=name(s))
-    t = bt[bt['strategy'] == control].set_index('budget').reindex(budgets)
-    axa.plot(x, t['mean'], ls='--', color=color[control], lw=1.6, label=name(control))
-    axa.set_xticks(x, [_tokens(b) for b in budgets]); axa.set_xlabel('token budget'); axa.set_ylabel('QA accuracy'); axa.set_ylim(0, 1.05)
-    axa.set_title('(a) MemGym-CodeQA', fontsize=10)
-    strata = [h for h in HOP_STRATA if h in set(ht['hop_stratum'])]
-    systems = [s for s in strategies if s in set(ht['strategy'])] + [control]; w = 0.8 / len(systems)
-    for j, s in enumerate(systems):
-        t = ht[ht['strategy'] == s].set_index('hop_stratum').reindex(strata)
-        axb.bar(np.arange(len(strata)) + (j - (len(systems) - 1) / 2) * w, t['mean'], w, yerr=t['half'], capsize=2,
-                color=color[s], label=name(s), error_kw=dict(lw=0.8))
-    axb.set_xticks(np.arange(len(strata)), [f'{h}-hop' for h in strata]); axb.set_ylabel('judge score (± 1.96 SE)'); axb.set_ylim(0, 1.05)
-    axb.set_title('(b) MemGym-DR', fontsize=10)
-    for ax in (axa, axb):
-        for side in ('top', 'right'): ax.spines[side].set_visible(False)
-    handles = {}
-    for ax in (axa, axb):
-        for h, l in zip(*ax.get_legend_handles_labels()): handles.setdefault(l, h)
-    fig.legend(handles.values(), handles.keys(), loc='upper left', bbox_to_anchor=(1.0, 0.88), frameon=False, fontsize=8)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.45 / fig.get_figheight()))   # room for the title above the panel titles
-    return label_figure(fig, labels, title)
+    def name(s):
+        n = names.get(s, series_label(s))
+        return n + (' (no memory)' if s == control and 'no memory' not in n else '')
+    def style(s): return series_style(s) | ({'linestyle': '--'} if s == control else {})
+    with paper_style():
+        fig, (axa, axb) = paper_figure(2, 'double', ncols=2, panel_height=2.6)
+        budgets = sorted(set(bt['budget'])); x = np.arange(len(budgets), dtype=float)
+        series = [s for s in strategies if s in set(bt['strategy'])] + [control]
+        for j, s in enumerate(series):
+            t = bt[bt['strategy'] == s].set_index('budget').reindex(budgets)
+            m, lo, hi = (t[c].to_numpy(dtype=float) for c in ('mean', 'lo', 'hi'))
+            axa.errorbar(x + (j - (len(series) - 1) / 2) * 0.035, m, yerr=np.nan_to_num(np.vstack([m - lo, hi - m]).clip(0)), capsize=0,
+                         elinewidth=0.8, ms=4, lw=1.6 if s == control else 1.1, label=name(s), zorder=2 if s == control else 3, **style(s))
+        axa.set_xticks(x, [_tokens(b) for b in budgets]); axa.set_xlabel('token budget')
+        axa.set_ylabel('QA accuracy'); axa.set_ylim(-0.04, 1.04)
+        axa.set_title('(a) MemGym-CodeQA (95% bootstrap CI over instances)')
+        strata = [h for h in HOP_STRATA if h in set(ht['hop_stratum'])]
+        systems = [s for s in strategies if s in set(ht['strategy'])] + [control]; w = 0.8 / len(systems)
+        for j, s in enumerate(systems):
+            t = ht[ht['strategy'] == s].set_index('hop_stratum').reindex(strata); st = style(s)
+            pos = np.arange(len(strata)) + (j - (len(systems) - 1) / 2) * w
+            m, half = t['mean'].to_numpy(dtype=float), t['half'].to_numpy(dtype=float)
+            axb.bar(pos, m, w * 0.9, color=st['color'], edgecolor='black', linewidth=0.4)
+            axb.plot(pos, m, ls='none', marker=st['marker'], color=st['color'], mec='black', mew=0.5, ms=4, label=name(s), zorder=4)
+            has = np.nan_to_num(half) > 0                                  # zero-length intervals get no bar at all
+            err = np.vstack([np.minimum(half, m), np.minimum(half, 1 - m)])   # a bounded score: the drawn interval stops at 0 and 1
+            if has.any(): axb.errorbar(pos[has], m[has], yerr=err[:, has], fmt='none', ecolor='black', elinewidth=0.8, capsize=1.5)
+        axb.set_xticks(np.arange(len(strata)), [f'{h}-hop' for h in strata]); axb.set_xlabel('hop stratum')
+        axb.set_ylabel('judge score'); axb.set_ylim(-0.04, 1.04); axb.axhline(0, color='0.3', lw=0.6)
+        axb.set_title('(b) MemGym-DR (± 1.96 SE)')
+        figure_legend(fig); label_figure(fig, labels, title)
+    return fig

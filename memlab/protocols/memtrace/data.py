@@ -265,5 +265,5 @@ def kp_table(kps: list[KnowledgePoint]) -> pd.DataFrame:
     "KPs per group, with the paper's Table 2 counts and shares beside them."
     n = pd.Series([k.group for k in kps], dtype=object).value_counts().reindex(list(KP_GROUPS), fill_value=0)
     paper = pd.Series(PAPER_KP_COUNTS)
-    return pd.DataFrame({'KPs': n, '%': (100 * n / max(n.sum(), 1)).round(1), 'paper (Table 2)': paper,
-                         'paper %': (100 * paper / paper.sum()).round(1)}).rename_axis('group')
+    return pd.DataFrame({'KPs': n, 'share': (n / max(n.sum(), 1)).round(3), 'paper (Table 2)': paper,   # shares: fractions, as every table
+                         'paper share': (paper / paper.sum()).round(3)}).rename_axis('group')

@@ -8,10 +8,33 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 import matplotlib.pyplot as plt
-from ...plots import label_figure, panel_grid
+from matplotlib.lines import Line2D
+from ...plots import (label_figure, paper_figure, paper_style, figure_legend, series_style, series_label, order_tiers,
+                          parse_spec, TIER_ORDER)
 
 # %% auto #0
-__all__ = ['QTYPES', 'fig3_retention', 'fig4_conditions', 'fig5_oracle']
+__all__ = ['TIER_LINES', 'QTYPES', 'MEASURES', 'system_parts', 'system_label', 'order_systems', 'fig3_retention',
+           'fig4_conditions', 'fig5_oracle']
+
+# %% ../../../nbs/protocols/memtrace/05_figures.ipynb #5ca1e002
+TIER_LINES = {'strong': ('-', 'full'), 'medium': ('-.', 'full'), 'weak': ('--', 'none')}   # line style, marker fill per tier
+
+def system_parts(system: str) -> tuple:
+    "('bm25', 'strong') from a system name 'bm25[k=10] · reader[tier=strong]' (memory base name, tier or answer step)."
+    mem, _, pol = str(system).partition(' · ')
+    base, params = parse_spec(pol)
+    return parse_spec(mem)[0], params.get('tier') or base or ''
+
+def system_label(system: str) -> str:
+    "A readable system name: 'bm25 · strong tier' (no raw specs)."
+    m, t = system_parts(system)
+    return f'{m} · {t} tier' if t in TIER_ORDER else (f'{m} · {t}' if t else m)
+
+def order_systems(systems) -> list:
+    "Systems by memory (first-seen order), answer steps within a memory in tier strength order."
+    systems = list(dict.fromkeys(systems)); mems = list(dict.fromkeys(system_parts(s)[0] for s in systems))
+    rank = lambda s: (mems.index(system_parts(s)[0]), order_tiers([system_parts(x)[1] for x in systems]).index(system_parts(s)[1]))
+    return sorted(systems, key=rank)
 
 # %% ../../../nbs/protocols/memtrace/05_figures.ipynb #53b0b3d7
 QTYPES = ('current', 'historical', 'trajectory', 'overall')
@@ -20,53 +43,101 @@ def fig3_retention(trace: pd.DataFrame, # `retention_trace` rows: system, qtype,
                    systems: pd.DataFrame, # rows with system, memory and policy (e.g. the `probe_frame`)
                    labels: Sequence[str], # policy labels of the run
                    n_windows: int=8, # windows on the x axis
-                   qtypes: Sequence[str]=QTYPES # one panel each
+                   qtypes: Sequence[str]=QTYPES, # one panel each
+                   width: str='double' # 'single' or 'double' column
                   ) -> plt.Figure:
-    "Figure 3: Gist across windows W1..Wn per question type, one line (and CI band) per system."
-    mems = sorted(systems['memory'].map(lambda m: m.split('[')[0]).unique()); pols = sorted(systems['policy'].unique())
-    colour = dict(zip(mems, plt.cm.tab10.colors)); dash = dict(zip(pols, ['-', '--', ':', '-.'] * 4))   # colour: memory; line: answer step
-    fig, axes = panel_grid(len(qtypes), ncols=4, panel=(2.9, 2.4), sharey=True)
-    for ax, qt in zip(axes, qtypes):
-        for system, g in trace[trace['qtype'] == qt].groupby('system'):
-            row = systems[systems['system'] == system].iloc[0]; m, pol = row['memory'].split('[')[0], row['policy']
-            g = g.assign(w=g['window'].str[1:].astype(int)).sort_values('w')
-            ax.plot(g['w'], 100 * g['gist'], dash[pol], marker='o', ms=2.5, lw=1.2, color=colour[m], label=system)
-            ax.fill_between(g['w'], 100 * g['lo'], 100 * g['hi'], color=colour[m], alpha=0.08)
-        ax.set_title(qt, fontsize=9); ax.set_xlabel('window'); ax.set_xticks(range(1, n_windows + 1)); ax.set_ylim(-3, 103)
-    axes[0].set_ylabel('Gist (%)')
-    h, l = axes[0].get_legend_handles_labels()
-    fig.legend(h, l, loc='lower center', ncol=min(4, len(l)), fontsize=7, frameon=False, bbox_to_anchor=(0.5, -0.02 - 0.045 * ((len(l) + 3) // 4)))
-    label_figure(fig, labels, 'MemTrace retention traces W1..W8 (95% user-level CI)'); fig.tight_layout()
+    "Figure 3: Gist across windows W1..Wn per question type, one line (and CI band) per system: colour the memory, line the tier."
+    known = set(systems['system'])
+    missing = sorted(set(trace['system']) - known)
+    if missing: raise KeyError(f'fig3_retention: systems not in the frame: {missing}')
+    order = order_systems(trace['system']); n = len(order)
+    off = {s: (i - (n - 1) / 2) * min(0.06, 0.7 / max(n, 1)) for i, s in enumerate(order)}   # a small x offset: identical traces stay visible
+    same = 0   # panels in which two systems have identical traces
+    with paper_style():
+        fig, axes = paper_figure(len(qtypes), width, ncols=min(len(qtypes), 4 if width == 'double' else 2), sharey=True)
+        for ax, qt in zip(axes, qtypes):
+            q = trace[trace['qtype'] == qt].pivot_table(index='system', columns='window', values='gist')
+            same += int(q.round(9).duplicated().any())
+            for s in order:
+                g = trace[(trace['qtype'] == qt) & (trace['system'] == s)]
+                if not len(g): continue
+                g = g.assign(w=g['window'].str[1:].astype(int)).sort_values('w'); m, t = system_parts(s)
+                st = series_style(m); ls, fill = TIER_LINES.get(t, ('-', 'full')); x = g['w'] + off[s]
+                ax.plot(x, 100 * g['gist'], color=st['color'], marker=st['marker'], ms=3, lw=1, linestyle=ls, fillstyle=fill, label=system_label(s))
+                ax.fill_between(x, 100 * g['lo'], 100 * g['hi'], color=st['color'], alpha=0.15, linewidth=0)
+            ax.set_title(qt); ax.set_xticks(range(1, n_windows + 1), [f'W{w}' for w in range(1, n_windows + 1)]); ax.set_ylim(-3, 103)
+            ax.set_xlabel('window')
+            if ax.get_subplotspec().is_first_col(): ax.set_ylabel('Gist (%)')
+        mems = list(dict.fromkeys(system_parts(s)[0] for s in order)); tiers = list(dict.fromkeys(system_parts(s)[1] for s in order))
+        hs = [Line2D([], [], color=series_style(m)['color'], marker=series_style(m)['marker'], ms=3, lw=1, label=m) for m in mems]
+        hs += [Line2D([], [], color='black', linestyle=TIER_LINES.get(t, ('-', 'full'))[0], marker='o', ms=3, lw=1,
+                      fillstyle=TIER_LINES.get(t, ('-', 'full'))[1], label=f'{t} tier' if t in TIER_ORDER else t) for t in order_tiers(tiers)]
+        figure_legend(fig, handles=hs); label_figure(fig, labels, f'MemTrace retention traces W1..W{n_windows} (95% user-level CI bands)',
+                                                       note='identical traces are shifted slightly along x so that none hides another' if same else None)
     return fig
 
 # %% ../../../nbs/protocols/memtrace/05_figures.ipynb #da43c58a
+MEASURES = (('gist', 'Gist', '#4D4D4D', ''), ('abstention', 'abstention', '#FFFFFF', '////'),
+            ('hallucination', 'hallucination', '#BBBBBB', 'xxxx'))   # (column, label, fill, hatch): readable in greyscale
+
+def _hbars(ax, y, v, lo, hi, h, fill, hatch, label):
+    "Horizontal bars (x100) with CI error bars only where the CI has width; a zero bar is a tick on the axis."
+    v, lo, hi = (100 * np.asarray(a, dtype=float) for a in (v, lo, hi))
+    ax.barh(y, v, h, color=fill, hatch=hatch, edgecolor='black', linewidth=0.4, label=label)
+    zero = np.isclose(v, 0)
+    if zero.any(): ax.vlines(np.zeros(zero.sum()), y[zero] - h / 2, y[zero] + h / 2, color='black', linewidth=1.2)
+    has = ~np.isnan(lo) & ~np.isnan(hi) & (hi - lo > 1e-9)
+    if has.any(): ax.errorbar(v[has], y[has], xerr=np.vstack([v[has] - lo[has], hi[has] - v[has]]).clip(0), fmt='none', ecolor='black', elinewidth=0.6, capsize=1.5)
+
 def fig4_conditions(t4: pd.DataFrame, # `condition_table` rows: system, probes, gist/abstention/hallucination with _lo/_hi
-                    labels: Sequence[str] # policy labels of the run
+                    labels: Sequence[str], # policy labels of the run
+                    width: str='double' # 'single' or 'double' column
                    ) -> plt.Figure:
     "Figure 4: Gist, abstention and hallucination per system on conflict and boundary probes (horizontal bars, CIs)."
-    fig, axes = panel_grid(2, ncols=2, panel=(3.6, 0.32 * t4['system'].nunique() + 1.0), sharey=True)
-    for ax, probes_kind in zip(axes, ['conflict', 'boundary']):
-        t = t4[t4['probes'] == probes_kind].set_index('system').sort_index(ascending=False)
-        y = np.arange(len(t)); h = 0.27                          # horizontal bars: the system names are long
-        for j, (col, name) in enumerate([('gist', 'Gist'), ('abstention', 'abstention'), ('hallucination', 'hallucination')]):
-            ax.barh(y + (1 - j) * h, 100 * t[col], h, xerr=[100 * (t[col] - t[f'{col}_lo']), 100 * (t[f'{col}_hi'] - t[col])], capsize=1.5,
-                    label=name, error_kw=dict(lw=0.6))
-        ax.set_yticks(y); ax.set_yticklabels(t.index, fontsize=7); ax.set_title(f'{probes_kind} probes', fontsize=9)
-        ax.set_xlim(0, 105); ax.set_xlabel('% of responses')
-    h_, l_ = axes[0].get_legend_handles_labels()
-    fig.legend(h_, l_, loc='lower center', ncol=3, fontsize=7, frameon=False, bbox_to_anchor=(0.5, -0.06))
-    label_figure(fig, labels, 'MemTrace evidence conditions (95% user-level CI)'); fig.tight_layout()
+    for col, *_ in MEASURES:
+        for c in (col, f'{col}_lo', f'{col}_hi'):
+            if c not in t4: raise KeyError(f'fig4_conditions: the table has no {c!r} column')
+    order = order_systems(t4['system']); h = 0.8 / len(MEASURES)
+    with paper_style():
+        fig, axes = paper_figure(2, width, ncols=2, sharey=True, panel_height=0.5 + 0.3 * len(order))
+        for ax, kind in zip(axes, ['conflict', 'boundary']):
+            t = t4[t4['probes'] == kind].set_index('system').reindex(order); y = np.arange(len(order))
+            for j, (col, name, fill, hatch) in enumerate(MEASURES):
+                _hbars(ax, y + (j - 1) * h, t[col], t[f'{col}_lo'], t[f'{col}_hi'], h, fill, hatch, name)
+            ax.set_yticks(y, [system_label(s) for s in order]); ax.set_title(f'{kind} probes')
+            ax.set_xlim(0, 105); ax.set_xlabel('% of responses')
+        axes[0].invert_yaxis()                                         # shared y: inverted once, first system on top
+        figure_legend(fig, axes[0]); label_figure(fig, labels, 'MemTrace evidence conditions (95% user-level CI)')
     return fig
 
 # %% ../../../nbs/protocols/memtrace/05_figures.ipynb #f6d395eb
-def fig5_oracle(t5o: pd.DataFrame, # `oracle_lift` rows: system, bucket, base, oracle
-                labels: Sequence[str] # policy labels of the run
+def fig5_oracle(t5o: pd.DataFrame, # `oracle_lift` rows: system, bucket, n, base, oracle, lift, lift_lo, lift_hi
+                labels: Sequence[str], # policy labels of the run
+                width: str='double' # 'single' or 'double' column
                ) -> plt.Figure:
-    "Figure 5: production against oracle (gold evidence) Gist per failure bucket, mean over systems."
-    g = t5o.groupby('bucket')[['base', 'oracle']].mean()
-    fig, ax = plt.subplots(figsize=(6, 3))
-    x = np.arange(len(g))
-    ax.bar(x - 0.2, 100 * g['base'], 0.4, label='production'); ax.bar(x + 0.2, 100 * g['oracle'], 0.4, label='oracle (gold evidence)')
-    ax.set_xticks(x); ax.set_xticklabels(g.index, rotation=15, fontsize=7); ax.set_ylabel('Gist (%)'); ax.legend(fontsize=7)
-    label_figure(fig, labels, 'MemTrace oracle on hard failures (mean over systems)'); fig.tight_layout()
+    "Figure 5: production against oracle (gold evidence) Gist per system, one panel per non-empty failure bucket, the lift's CI."
+    for c in ('base', 'oracle'):
+        if c not in t5o: raise KeyError(f'fig5_oracle: the table has no {c!r} column')
+    t = t5o.dropna(subset=['base', 'oracle'])
+    if 'n' in t: t = t[t['n'] > 0]                                      # a bucket no system has probes in gets no panel
+    buckets = list(dict.fromkeys(t['bucket']))
+    if not buckets: raise ValueError('fig5_oracle: every failure bucket is empty')
+    order = order_systems(t['system'])
+    with paper_style():
+        fig, axes = paper_figure(len(buckets), width, ncols=len(buckets), sharey=True, panel_height=0.5 + 0.2 * len(order))
+        for ax, b in zip(axes, buckets):
+            g = t[t['bucket'] == b].set_index('system').reindex(order); y = np.arange(len(order))
+            base, orc = 100 * g['base'].to_numpy(dtype=float), 100 * g['oracle'].to_numpy(dtype=float)
+            ax.hlines(y, base, orc, color='#999999', lw=1)
+            ax.plot(base, y, 'o', color='black', fillstyle='none', ms=3.5, label='production')
+            ax.plot(orc, y, 'o', color='black', ms=3.5, label='oracle (gold evidence only)')
+            if {'lift_lo', 'lift_hi'} <= set(g):
+                lo, hi = base + 100 * g['lift_lo'].to_numpy(dtype=float), base + 100 * g['lift_hi'].to_numpy(dtype=float)
+                has = ~np.isnan(lo) & ~np.isnan(hi) & (hi - lo > 1e-9)
+                if has.any(): ax.errorbar(orc[has], y[has], xerr=np.vstack([orc[has] - lo[has], hi[has] - orc[has]]).clip(0), fmt='none',
+                                          ecolor='black', elinewidth=0.6, capsize=1.5, label='95% CI of the lift')
+            ax.set_yticks(y, [system_label(s) for s in order]); ax.set_xlim(-3, 103)
+            ax.set_title(b); ax.set_xlabel('Gist (%)'); ax.grid(axis='y', lw=0.3, color='#DDDDDD')
+        axes[0].invert_yaxis()                                         # shared y: inverted once, first system on top
+        figure_legend(fig); label_figure(fig, labels, 'MemTrace oracle on hard failures (production vs gold evidence)')
     return fig

@@ -54,8 +54,8 @@ def table2_kps(probes: pd.DataFrame # `probe_table` rows (a KP appears once per 
     "Table 2: knowledge points per group (each KP once) with their share, beside the paper's counts and shares."
     from memlab.protocols.memtrace.data import kp_table, KP_GROUPS
     t2 = probes.drop_duplicates('kp')['kp_group'].value_counts().reindex(list(KP_GROUPS), fill_value=0).rename('KPs').to_frame()
-    t2 = t2.join(kp_table([]).drop(columns=['KPs', '%']))
-    t2.insert(1, '%', (100 * t2['KPs'] / t2['KPs'].sum()).round(1))
+    t2 = t2.join(kp_table([]).drop(columns=['KPs', 'share']))
+    t2.insert(1, 'share', (t2['KPs'] / t2['KPs'].sum()).round(3))
     return t2
 
 # %% ../../../nbs/protocols/memtrace/03_views.ipynb #bbb4b1dd

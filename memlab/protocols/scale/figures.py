@@ -6,57 +6,165 @@
 from __future__ import annotations
 import json
 from typing import Optional, Sequence
+import numpy as np
 import pandas as pd
 import matplotlib.pyplot as plt
-from ...plots import label_figure, panel_grid
-from .protocol import plot_reliability, plot_decomposition, plot_endpoints, plot_budget_curves, end_names
+from ...core import count_tokens
+from ...plots import (label_figure, paper_figure, paper_style, figure_legend, series_style, series_label, order_tiers,
+                          wrap_label)
+from .protocol import end_names
 
 # %% auto #0
-__all__ = ['fig2_reliability', 'fig3_decomposition', 'fig5_endpoints', 'fig11_budgets']
+__all__ = ['SHARES', 'END_STYLES', 'fig2_reliability', 'fig3_decomposition', 'fig5_endpoints', 'cost_accounting', 'fig11_budgets']
+
+# %% ../../../nbs/protocols/scale/03_figures.ipynb #5ca1e001
+def _agents(d: pd.DataFrame) -> list:
+    "The agents (policies) of a table, tiers in strength order weak, medium, strong."
+    return order_tiers(d['policy'])
+
+def _scale_of(d: pd.DataFrame, n_irr: int) -> str:
+    "'s4 (N_irr = 400)': a rung named the way both the title and the axis say it."
+    names = d.loc[d['n_irr'] == n_irr, 'scale'] if 'scale' in d else []
+    return f'{names.iloc[0]} (N_irr = {n_irr})' if len(names) else f'N_irr = {n_irr}'
+
+def _band(ax, x, m, lo, hi, st: dict, label: str):
+    "A line with markers and its CI band (alpha 0.2, visible in print); error bars where a band has no height."
+    ax.plot(x, m, color=st['color'], marker=st['marker'], linestyle=st['linestyle'], label=label)
+    ax.fill_between(x, lo, hi, color=st['color'], alpha=0.2, linewidth=0)
 
 # %% ../../../nbs/protocols/scale/03_figures.ipynb #383b265b
 def fig2_reliability(diag: pd.DataFrame, # `diagnostics` at the primary budget
                      labels: Sequence[str], # policy labels of the run
-                     alpha: float # reliability threshold (the dashed line)
+                     alpha: float, # reliability threshold (the dashed line)
+                     width: str='double' # 'single' or 'double' column
                     ) -> plt.Figure:
-    "Figure 2: Pass@B against added irrelevant sessions, one panel per interface, one line (CI band) per agent."
-    axes = plot_reliability(diag, alpha); fig = axes[0].figure          # one panel per interface, three per row
-    label_figure(fig, labels, f'Pass@{int(diag["B"].iloc[0])} across the scale ladder (95% task-level CI, alpha={alpha})'); fig.tight_layout()
+    "Figure 2: Pass@B against the scale ladder, one panel per interface, one line (CI band) per agent, tiers in strength order."
+    mems = list(dict.fromkeys(diag['memory'])); B = int(diag['B'].iloc[0])
+    rungs = diag[['n_irr', 'scale']].drop_duplicates().sort_values('n_irr') if 'scale' in diag else None
+    with paper_style():
+        fig, axes = paper_figure(len(mems), width, sharey=True)
+        for ax, m in zip(axes, mems):
+            for p in _agents(diag):
+                g = diag[(diag['policy'] == p) & (diag['memory'] == m)].sort_values('n_irr')
+                if len(g): _band(ax, g['n_irr'], 100 * g['pass_b'], 100 * g['pass_b_lo'], 100 * g['pass_b_hi'], series_style(p), series_label(p))
+            ax.axhline(100 * alpha, ls='--', color='black', lw=0.8, label=f'α = {alpha:g} (reliability threshold)')
+            ax.set_title(str(m)); ax.set_ylim(0, 102)
+            if rungs is not None: ax.set_xticks(rungs['n_irr'], [f'{s}\n{n}' for s, n in zip(rungs['scale'], rungs['n_irr'])])
+            if ax.get_subplotspec().is_last_row(): ax.set_xlabel('scale, added irrelevant sessions')
+            if ax.get_subplotspec().is_first_col(): ax.set_ylabel(f'Pass@{B} (%)')
+        figure_legend(fig, axes[0]); label_figure(fig, labels, f'Pass@{B} across the scale ladder (95% task-level CI bands)')
     return fig
 
 # %% ../../../nbs/protocols/scale/03_figures.ipynb #6e439f74
+SHARES = (('pass_b', 'Pass@B', '#4D4D4D', ''), ('p_wrong', 'wrong within budget', '#FFFFFF', '////'),
+          ('p_exh', 'over budget (R > B)', '#BBBBBB', 'xxxx'))   # (column, label, fill, hatch): readable in greyscale
+
 def fig3_decomposition(diag: pd.DataFrame, # `diagnostics` at the primary budget
                        labels: Sequence[str], # policy labels of the run
-                       scale: str # the last scale's name, e.g. 's4' (`end_names`)
+                       scale: str, # the last scale's name, e.g. 's4' (`end_names`)
+                       width: str='double' # 'single' or 'double' column
                       ) -> plt.Figure:
-    "Figure 3: Pass@B, wrong within budget and over budget, stacked per agent x interface at the last scale."
-    ax = plot_decomposition(diag); fig = ax.figure
-    label_figure(fig, labels, f'Failure-regime decomposition at {scale} (B={int(diag["B"].iloc[0])})')
+    "Figure 3: Pass@B, wrong within budget and over budget at the last scale, one panel per interface, tiers in strength order."
+    n = diag['n_irr'].max(); d = diag[diag['n_irr'] == n]; mems = list(dict.fromkeys(d['memory'])); B = int(diag['B'].iloc[0])
+    agents = _agents(d)
+    with paper_style():
+        fig, axes = paper_figure(len(mems), width, sharex=True, panel_height=0.55 + 0.22 * len(agents))
+        for ax, m in zip(axes, mems):
+            g = d[d['memory'] == m].set_index('policy').reindex(agents).dropna(subset=['pass_b'])
+            left = np.zeros(len(g)); y = np.arange(len(g))
+            for col, lab, c, h in SHARES:
+                v = 100 * g[col].to_numpy(dtype=float)
+                ax.barh(y, v, 0.7, left=left, color=c, hatch=h, edgecolor='black', linewidth=0.4, label=lab); left += v
+            ax.set_yticks(y, [series_label(p).replace('offline reader, ', '') for p in g.index]); ax.invert_yaxis()
+            ax.set_xlim(0, 100); ax.set_title(str(m))
+            if ax.get_subplotspec().is_last_row(): ax.set_xlabel(f'% of rollouts, B = {B}')
+        figure_legend(fig, axes[0]); label_figure(fig, labels, f'Failure-regime decomposition at {scale} (N_irr = {n}), B = {B}')
     return fig
 
 # %% ../../../nbs/protocols/scale/03_figures.ipynb #5e229a61
+END_STYLES = ({'color': '#BBBBBB', 'hatch': ''}, {'color': '#4D4D4D', 'hatch': ''})   # first and last scale
+
+def _xerr(m, lo, hi):
+    "Positions with a CI of non-zero width and their asymmetric errors (a zero-width CI gets no bar, no caps)."
+    m, lo, hi = (np.asarray(v, dtype=float) for v in (m, lo, hi))
+    has = ~np.isnan(lo) & ~np.isnan(hi) & (hi - lo > 1e-9)
+    return has, np.vstack([m - lo, hi - m])[:, has].clip(0)
+
 def fig5_endpoints(t1: pd.DataFrame, # `table1` rows
                    diag: pd.DataFrame, # `diagnostics`: P90R's CI at the last scale
                    labels: Sequence[str], # policy labels of the run
-                   B: int # the primary budget (in the title)
+                   B: int, # the primary budget (in the title and the axis)
+                   width: str='double' # 'single' or 'double' column
                   ) -> plt.Figure:
-    "Figure 5: endpoint Pass@B (first and last scale, CIs) and P90R at the last scale, horizontal bars."
-    axes = plot_endpoints(t1, diag=diag); fig = axes[0].figure          # horizontal bars: names never overlap
-    label_figure(fig, labels, f'Endpoint Pass@{B} and tail burden P90R({end_names(t1)[1]})'); fig.tight_layout()
+    "Figure 5: endpoint Pass@B (first and last scale, CIs) and P90R at the last scale (CI), rows by interface then tier."
+    ln, hn = end_names(t1); ends = list(dict.fromkeys((ln, hn)))
+    for e in ends:
+        if f'pass_b_{e}' not in t1: raise KeyError(f'fig5_endpoints: table1 has no pass_b_{e} column')
+    if f'P90R_{hn}' not in t1: raise KeyError(f'fig5_endpoints: table1 has no P90R_{hn} column')
+    mems = list(dict.fromkeys(t1['memory'])); agents = _agents(t1)
+    rows = [(m, p) for m in mems for p in agents if ((t1['memory'] == m) & (t1['policy'] == p)).any()]
+    t = t1.set_index(['memory', 'policy']).loc[rows]; y = np.arange(len(rows)); h = 0.8 / len(ends)
+    names = [f'{m} · {series_label(p).replace("offline reader, ", "")}' for m, p in rows]
+    last = diag[diag['n_irr'] == diag['n_irr'].max()]
+    with paper_style():
+        fig, axes = paper_figure(2, width, ncols=2, sharey=True, panel_height=0.5 + 0.17 * len(rows))
+        for j, (e, st) in enumerate(zip(ends, END_STYLES)):
+            m, lo, hi = (100 * t[f'pass_b_{e}{s}'].to_numpy(dtype=float) for s in ('', '_lo', '_hi'))
+            pos = y + (j - (len(ends) - 1) / 2) * h
+            axes[0].barh(pos, m, h, color=st['color'], edgecolor='black', linewidth=0.4, label=f'Pass@{B} at {e}')
+            has, err = _xerr(m, lo, hi)
+            if has.any(): axes[0].errorbar(m[has], pos[has], xerr=err, fmt='none', ecolor='black', elinewidth=0.7, capsize=1.5)
+        axes[0].set_yticks(y, names); axes[0].invert_yaxis(); axes[0].set_xlim(0, 100); axes[0].set_xlabel(f'Pass@{B} (%)')
+        p90 = t[f'P90R_{hn}'].to_numpy(dtype=float)
+        axes[1].plot(p90, y, 'o', color='black', ms=3.5, label=f'P90R at {hn} (95% CI where non-zero)')
+        if {'P90R_lo', 'P90R_hi'} <= set(last):
+            ci = last.set_index(['memory', 'policy']).reindex(rows)
+            has, err = _xerr(p90, ci['P90R_lo'], ci['P90R_hi'])
+            if has.any(): axes[1].errorbar(p90[has], y[has], xerr=err, fmt='none', ecolor='black', elinewidth=0.7, capsize=1.5)
+        axes[1].set_xlim(0, max(B, np.nanmax(p90)) + 1); axes[1].axvline(B, ls='--', color='black', lw=0.8, label=f'budget B = {B}')
+        axes[1].xaxis.get_major_locator().set_params(integer=True); axes[1].set_xlabel(f'P90R at {hn} (memory calls)')
+        axes[1].grid(axis='y', lw=0.3, color='#DDDDDD')
+        figure_legend(fig); label_figure(fig, labels, f'Endpoint Pass@{B} and tail burden P90R at {hn}')
     return fig
 
 # %% ../../../nbs/protocols/scale/03_figures.ipynb #5644c534
+def cost_accounting(frame: pd.DataFrame # the run's rows: policy, memory, usage (JSON), trajectory (JSON; needed without model tokens)
+                   ) -> pd.DataFrame:
+    "Seed 000's q0/q1 accounting per agent x interface: q1 online query-time tokens per rollout, q0 model-side indexing (0 here)."
+    def q1(r):   # model runs: the model's input and output tokens; offline: the evidence tokens shown to the reader
+        u = json.loads(r['usage']) if isinstance(r['usage'], str) else (r['usage'] or {})
+        used = u.get('input_tokens', 0) + u.get('output_tokens', 0)
+        if used: return used, 'model tokens'
+        if 'trajectory' not in r: raise KeyError("cost_accounting: a run without model tokens needs the rollouts' trajectory column (store.rollouts())")
+        steps = json.loads(r['trajectory']).get('steps', []) if isinstance(r['trajectory'], str) else []
+        return sum(count_tokens(o.get('text', '')) for s in steps for o in (s.get('observation') or []) if isinstance(o, dict)), 'evidence tokens'
+    q = frame.apply(q1, axis=1, result_type='expand').set_axis(['q1', 'unit'], axis=1)
+    t = pd.concat([frame[['policy', 'memory']], q], axis=1).groupby(['policy', 'memory'], sort=False).agg(q1=('q1', 'mean'), unit=('unit', 'first')).reset_index()
+    return t.assign(q0=0.0, q0_q1=lambda d: d['q0'] + d['q1'])   # memlab's memories index without a model: q0 = 0
+
 def fig11_budgets(curve: pd.DataFrame, # `budget_curve` rows
                   labels: Sequence[str], # policy labels of the run
                   scale: str, # the last scale's name, e.g. 's4'
-                  frame: Optional[pd.DataFrame]=None # the run's rows with a `usage` column: adds the q1 token panel (model runs)
+                  frame: Optional[pd.DataFrame]=None, # the run's rows (usage, trajectory): adds the q0/q1 cost-accounting panel
+                  width: str='double' # 'single' or 'double' column
                  ) -> plt.Figure:
-    "Figure 11: Pass@B against the retrieval-call budget at the last scale (and q1 input tokens per rollout, given a frame)."
-    n_mem = curve['memory'].nunique(); with_tokens = frame is not None
-    fig, axes = panel_grid(n_mem + with_tokens, sharey=False)
-    plot_budget_curves(curve, axes=axes[:n_mem])
-    if with_tokens:   # q1: online query-time model tokens per rollout (memlab's memories have no model-side indexing cost: q0 = 0)
-        tok = frame.assign(tokens=frame['usage'].map(lambda u: json.loads(u).get('input_tokens', 0)))
-        tok.groupby(['policy', 'memory'])['tokens'].mean().unstack().plot.bar(ax=axes[-1], fontsize=7); axes[-1].set_ylabel('q1 input tokens / rollout', fontsize=8)
-    label_figure(fig, labels, f'Pass@B against the retrieval-call budget at {scale}'); fig.tight_layout()
+    "Figure 11: Pass@B against the retrieval-call budget at the last scale (left) and, given the run's rows, q0/q1 cost accounting (right)."
+    n = curve['n_irr'].max(); d = curve[curve['n_irr'] == n]; mems = list(dict.fromkeys(d['memory'])); agents = _agents(d)
+    with paper_style():
+        fig, axes = paper_figure(len(mems) + (frame is not None), width)
+        for ax, m in zip(axes, mems):
+            for p in agents:
+                g = d[(d['policy'] == p) & (d['memory'] == m)].sort_values('B')
+                if len(g): _band(ax, g['B'], 100 * g['pass_b'], 100 * g['pass_b_lo'], 100 * g['pass_b_hi'], series_style(p), series_label(p))
+            ax.set_title(str(m)); ax.set_ylim(0, 102); ax.set_xticks(sorted(d['B'].unique()))
+            ax.set_xlabel('budget B (memory calls)'); ax.set_ylabel('Pass@B (%)')
+        if frame is not None:
+            ax = axes[-1]; c = cost_accounting(frame); y = np.arange(len(mems)); h = 0.8 / len(agents)
+            for j, p in enumerate(agents):
+                g = c[c['policy'] == p].set_index('memory').reindex(mems); st = series_style(p); pos = y + (j - (len(agents) - 1) / 2) * h
+                ax.barh(pos, g['q1'], h, color=st['color'], edgecolor='black', linewidth=0.4)
+                ax.plot(g['q0_q1'], pos, '|', color='black', ms=5, label='q0+q1 (q0 = 0: no model-side indexing)' if j == 0 else None)
+            ax.set_yticks(y, mems); ax.invert_yaxis(); ax.set_title('cost accounting (q1 online)')
+            ax.set_xlabel(f'q1 {c["unit"].iloc[0]} / rollout')
+        figure_legend(fig); label_figure(fig, labels, f'Pass@B against the retrieval-call budget at {scale} (N_irr = {n})')
     return fig

@@ -130,6 +130,7 @@ class SubtleParams(SectionParams):
     max_tokens: Size = 16384               # answer output limit (paper: 16,384)
     judge_model: Optional[str] = None        # None: the offline judge; else subtlememory-llm with this model (paper: Gemini 3.1 Pro Preview)
     judge_runs: Annotated[int, Field(ge=1, le=100)] = 1                   # judge runs, majority vote (dataset config: 1; judge code default: 3)
+    judge_max_tokens: Optional[PosInt] = None   # output limit per judge request; None: none sent, as the repository (`JUDGE_MAX_TOKENS_NOTE`)
     calibration_persona: Optional[str] = None   # Table 2's persona; None: the first
     n_resamples: Annotated[int, Field(ge=1, le=1_000_000)] = 10_000             # bootstrap resamples (paper: 10,000)
 

@@ -45,12 +45,14 @@ def answer_policies(backend: str, # 'offline' | a model backend
             for m in models for p in prompts]
 
 def judge_config(judge_model: Optional[str], # None: the offline judge; else the official judge prompt on this model
-                 backend: str, base_url: Optional[str]=None, concurrency: int=8, timeout: float=60.0 # the section's backend settings
+                 backend: str, base_url: Optional[str]=None, concurrency: int=8, timeout: float=60.0, # the section's backend settings
+                 max_tokens: Optional[int]=None # output limit per judge request; None: none sent, as the repository
                 ) -> dict:
     "The judge spec: `subtlememory-offline`, or `subtlememory-llm` on the section's backend (openai when answers are offline)."
     if judge_model is None: return {'name': 'subtlememory-offline'}
-    return {'name': 'subtlememory-llm', 'backend': {'name': backend if backend != 'offline' else 'openai', 'model': judge_model,
-                                                    'base_url': base_url, 'concurrency': concurrency, 'timeout': timeout}}
+    return {'name': 'subtlememory-llm', **({'max_tokens': max_tokens} if max_tokens else {}),
+            'backend': {'name': backend if backend != 'offline' else 'openai', 'model': judge_model,
+                        'base_url': base_url, 'concurrency': concurrency, 'timeout': timeout}}
 
 # %% ../../../nbs/protocols/subtle/07_section.ipynb #6aa1e515
 def section_configs(data_spec: dict, # `dataset_spec`
