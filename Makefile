@@ -72,7 +72,9 @@ test: check-export check-clean nbdev-test nbval pytest
 # Batch-run every section notebook with its full-size parameter file into results/ and figures/: the only target that
 # writes them (MEMLAB_OUT=the project root); any other run of a section notebook writes under build/. KEEP_RUNS=1 keeps
 # the stores of an earlier reproduce (results/<section>/runs/, not committed): a store whose config is unchanged is
-# resumed, so only tables and figures are computed again (a changed config still starts a new store). SECTIONS_ONLY
+# resumed, so only tables and figures are computed again (a changed config still starts a new store). The config hash
+# does not cover the code: keep only stores made by code that rolls out the same (each kept store's commit is printed,
+# and its manifest keeps that commit). SECTIONS_ONLY
 # names a subset, e.g. SECTIONS_ONLY="memgym walkthrough".
 KEEP_RUNS ?=
 SECTIONS_ONLY ?=
@@ -81,6 +83,8 @@ reproduce: install
 	  name=$$(basename $$nb .ipynb); params=nbs/sections/$$name.full.yaml; \
 	  test -f $$nb || { echo "no section notebook $$nb"; exit 2; }; \
 	  $(if $(KEEP_RUNS),,rm -rf results/$$name/runs;) mkdir -p results/$$name; \
+	  $(if $(KEEP_RUNS),for m in results/$$name/runs/*/manifest.json; do [ -f $$m ] && echo "kept $$(dirname $$m): rollouts from commit \
+	    $$($(PY) -c "import json,sys; print(str(json.load(open(sys.argv[1])).get('git_commit'))[:10])" $$m)"; done;) \
 	  echo "== $$name ($$params)"; \
 	  MEMLAB_OUT=$(CURDIR) $(BIN)/papermill -k python3 --cwd nbs/sections $$nb results/$$name/report.ipynb \
 	    $$( [ -f $$params ] && echo "-f $$params" ) --log-level WARNING; \
