@@ -10,7 +10,7 @@ import pandas as pd
 import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 from ...plots import (label_figure, paper_figure, paper_style, figure_legend, series_style, series_label, order_tiers,
-                          parse_spec, TIER_ORDER)
+                          parse_spec, TIER_ORDER, wrap_label)
 
 # %% auto #0
 __all__ = ['TIER_LINES', 'QTYPES', 'MEASURES', 'system_parts', 'system_label', 'order_systems', 'fig3_retention',
@@ -124,8 +124,10 @@ def fig5_oracle(t5o: pd.DataFrame, # `oracle_lift` rows: system, bucket, n, base
     if not buckets: raise ValueError('fig5_oracle: every failure bucket is empty')
     order = order_systems(t['system'])
     with paper_style():
-        fig, axes = paper_figure(len(buckets), width, ncols=len(buckets), sharey=True, panel_height=0.5 + 0.2 * len(order))
-        for ax, b in zip(axes, buckets):
+        ncols = min(len(buckets), 2 if width == 'single' else 3)      # more buckets wrap into rows (a real file has five)
+        titles = [wrap_label(b, 28) for b in buckets]; lines = max(s.count('\n') + 1 for s in titles)
+        fig, axes = paper_figure(len(buckets), width, ncols=ncols, sharey=True, panel_height=0.8 + 0.2 * len(order) + 0.15 * lines)
+        for ax, b, title in zip(axes, buckets, titles):
             g = t[t['bucket'] == b].set_index('system').reindex(order); y = np.arange(len(order))
             base, orc = 100 * g['base'].to_numpy(dtype=float), 100 * g['oracle'].to_numpy(dtype=float)
             ax.hlines(y, base, orc, color='#999999', lw=1)
@@ -137,7 +139,7 @@ def fig5_oracle(t5o: pd.DataFrame, # `oracle_lift` rows: system, bucket, n, base
                 if has.any(): ax.errorbar(orc[has], y[has], xerr=np.vstack([orc[has] - lo[has], hi[has] - orc[has]]).clip(0), fmt='none',
                                           ecolor='black', elinewidth=0.6, capsize=1.5, label='95% CI of the lift')
             ax.set_yticks(y, [system_label(s) for s in order]); ax.set_xlim(-3, 103)
-            ax.set_title(b); ax.set_xlabel('Gist (%)'); ax.grid(axis='y', lw=0.3, color='#DDDDDD')
+            ax.set_title(title); ax.set_xlabel('Gist (%)'); ax.grid(axis='y', lw=0.3, color='#DDDDDD')
         axes[0].invert_yaxis()                                         # shared y: inverted once, first system on top
         figure_legend(fig); label_figure(fig, labels, 'MemTrace oracle on hard failures (production vs gold evidence)')
     return fig
