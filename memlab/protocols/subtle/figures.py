@@ -12,7 +12,7 @@ from .data import RELATION_TYPES
 from .waterfall import _ordered
 
 # %% auto #0
-__all__ = ['STAGE_COLORS', 'RATIO_STYLE', 'fig3_waterfall']
+__all__ = ['STAGE_COLORS', 'RATIO_STYLE', 'fig3_waterfall', 'fig3_waterfalls']
 
 # %% ../../../nbs/protocols/subtle/06_figures.ipynb #366139c2
 STAGE_COLORS = ('#c6dbef', '#6baed6', '#08519c')   # oracle, preserved, retrieved
@@ -76,3 +76,15 @@ def fig3_waterfall(wf: pd.DataFrame, # `waterfall` rows
             axr.set_title(f'{model} · {prompt}: R_pres, R_ret' + (f'\n(no R_pres, left out: {", ".join(dropped)})' if dropped else ''))
         figure_legend(fig, ncols=3); label_figure(fig, labels, title)
     return fig
+
+# %% ../../../nbs/protocols/subtle/06_figures.ipynb #dff89dcf
+def fig3_waterfalls(wf: pd.DataFrame, # `waterfall` rows
+                    labels: Sequence[str], # policy labels of the data
+                    **kw # passed to `fig3_waterfall` (scopes, names, title)
+                   ) -> dict:
+    "One `fig3_waterfall` per answer step (model, prompt), keyed by file stem; the strongest step is `fig3_waterfall`."
+    steps = sorted(set(zip(wf['model'], wf['prompt'])), key=_strength)
+    steps = [s for s in steps if wf.loc[(wf['model'] == s[0]) & (wf['prompt'] == s[1]), 'r_pres'].notna().any()]
+    safe = lambda v: re.sub(r'[^A-Za-z0-9.-]+', '-', str(v)).strip('-')
+    return {('fig3_waterfall' if i == len(steps) - 1 else f'fig3_waterfall_{safe(m)}_{safe(p)}'):
+            fig3_waterfall(wf[(wf['model'] == m) & (wf['prompt'] == p)], labels, **kw) for i, (m, p) in enumerate(steps)}
