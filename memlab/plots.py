@@ -18,7 +18,7 @@ from .core import OFFLINE_LABEL
 __all__ = ['WIDTHS', 'TIER_ORDER', 'MIN_FONT', 'OKABE_ITO', 'EXTRA_COLORS', 'PAPER_RC', 'SERIES_STYLES', 'PARAM_LABELS',
            'NAME_LABELS', 'OFFLINE_LABELS', 'paper_style', 'parse_spec', 'series_style', 'order_tiers', 'series_label',
            'paper_figure', 'figure_legend', 'paper_fonts', 'layout_problems', 'is_offline', 'label_figure',
-           'save_figure', 'panel_grid', 'short_names', 'legend_key', 'ci_bars', 'wrap_label', 'fig_accuracy_by_type']
+           'save_figure', 'short_names', 'ci_bars', 'wrap_label', 'fig_accuracy_by_type']
 
 # %% ../nbs/08_plots.ipynb #a1f00002
 WIDTHS = {'single': 3.5, 'double': 7.0}   # print widths in inches: one column, two columns
@@ -253,19 +253,6 @@ def save_figure(fig: plt.Figure, # the figure
     plt.close(fig); return path
 
 # %% ../nbs/08_plots.ipynb #5150f395
-def panel_grid(n: int, # panels needed
-               ncols: int=3, # panels per row at most
-               panel: tuple=(2.6, 2.2), # (width, height) of one panel in inches
-               **kw # passed to plt.subplots (sharey=, sharex=, ...)
-              ) -> tuple:
-    "A figure and its `n` axes in rows of at most `ncols` (unused cells removed)."
-    if n < 1: raise ValueError('panel_grid needs at least one panel')
-    nr = -(-n // ncols); nc = -(-n // nr)                               # balanced rows: 4 panels are 2 x 2, 5 are 2 x 3
-    fig, axes = plt.subplots(nr, nc, figsize=(panel[0] * nc, panel[1] * nr), squeeze=False, **kw)
-    flat = list(axes.ravel())
-    for ax in flat[n:]: ax.remove()
-    return fig, flat[:n]
-
 def short_names(names: Sequence[str], # series names, e.g. policy specs 'offline-reader[tier=weak]'
                 max_len: int=18 # longer names (after stripping what all share) become letters
                ) -> dict:
@@ -279,13 +266,6 @@ def short_names(names: Sequence[str], # series names, e.g. policy specs 'offline
     if max(map(len, names)) <= max_len: return {n: n for n in names}
     return {n: chr(65 + i) if i < 26 else f'S{i}' for i, n in enumerate(names)}
 
-def legend_key(fig: plt.Figure, # the figure
-               short: dict # `short_names` output
-              ) -> plt.Figure:
-    "Print 'A: long name' lines under the figure when `short` replaced names by letters."
-    keys = [f'{s}: {n}' for n, s in short.items() if s != n and len(s) <= 3 and s.isupper()]
-    if keys: fig.text(0.01, -0.06, '\n'.join(keys), fontsize=7, color='dimgray', ha='left', va='top', family='monospace')
-    return fig
 
 # %% ../nbs/08_plots.ipynb #7541253e
 from .tables import save_table, TABLE_DIGITS   # the table writer lives in memlab.tables (08a_tables); kept importable here

@@ -141,7 +141,7 @@ class TableSaver:
         if skip_empty and not len(table): return
         from memlab.tables import save_table, latex_table
         p = save_table(table, self.dir / f'{name}.csv', self.labels if labels is None else labels)
-        t = pd.read_csv(p, keep_default_na=False, na_values=[''])      # what the CSV holds, label column included
+        t = pd.read_csv(p, keep_default_na=False, na_values=[''])      # the LaTeX shows what the CSV holds (digits, blanks as --)
         made_by = '; '.join(dict.fromkeys(t['label'].astype(str))) if len(t) else '; '.join(sorted(set(labels or self.labels)))
         body = t.drop(columns='label') if t['label'].nunique() <= 1 else t     # one producer: named in the caption
         tex = latex_table(body, f'{self.section}: {name} ({made_by})', f'tab:{_tex_key(self.section)}-{_tex_key(name)}')

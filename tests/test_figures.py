@@ -75,13 +75,17 @@ def ladder(tmp_path_factory):
     return df, diag, t1, curve, end_names(t1)[1]
 
 
+def scale_figures(diag, t1, curve, labels, s_hi, frame=None) -> dict:
+    "Seed 000's Figures 2, 3, 5 and 11 from the scale ladder's tables (B = 2, alpha = 0.7)."
+    from memlab.protocols.scale.figures import fig2_reliability, fig3_decomposition, fig5_endpoints, fig11_budgets
+    return {'fig2': fig2_reliability(diag, labels, 0.7), 'fig3': fig3_decomposition(diag, labels, s_hi),
+            'fig5': fig5_endpoints(t1, diag, labels, 2), 'fig11': fig11_budgets(curve, labels, s_hi, frame=frame)}
+
+
 def test_scale_ladder_figures_on_a_small_run(ladder, tmp_path, monkeypatch):
     "Figures 2, 3, 5 and 11 (with the q0/q1 cost-accounting panel) of a small offline run: clean, column-wide, saved."
-    from memlab.protocols.scale.figures import fig2_reliability, fig3_decomposition, fig5_endpoints, fig11_budgets
     df, diag, t1, curve, s_hi = ladder
-    labels = sorted(df['policy_label'].unique())
-    figs = {'fig2': fig2_reliability(diag, labels, 0.7), 'fig3': fig3_decomposition(diag, labels, s_hi),
-            'fig5': fig5_endpoints(t1, diag, labels, 2), 'fig11': fig11_budgets(curve, labels, s_hi, frame=df)}
+    figs = scale_figures(diag, t1, curve, sorted(df['policy_label'].unique()), s_hi, frame=df)
     legend = [t.get_text() for t in figs['fig2'].legends[0].get_texts()]
     assert legend[:2] == ['offline reader, weak tier', 'offline reader, strong tier'] and legend[2].startswith('α = 0.7')
     cost = figs['fig11'].axes[-1]
@@ -92,11 +96,9 @@ def test_scale_ladder_figures_on_a_small_run(ladder, tmp_path, monkeypatch):
 
 def test_scale_ladder_figures_on_the_full_run_tables(tmp_path, monkeypatch):
     "The committed full run (3 tiers x 6 interfaces x 5 rungs): 18 cells still fit without overlapping text."
-    from memlab.protocols.scale.figures import fig2_reliability, fig3_decomposition, fig5_endpoints, fig11_budgets
     res = ROOT / 'results' / 'scale_ladder'
     diag, t1, curve = (pd.read_csv(res / f'{n}.csv') for n in ('diagnostics', 'table1', 'budget_curve'))
-    figs = {'fig2': fig2_reliability(diag, LABELS, 0.7), 'fig3': fig3_decomposition(diag, LABELS, 's4'),
-            'fig5': fig5_endpoints(t1, diag, LABELS, 2), 'fig11': fig11_budgets(curve, LABELS, 's4')}
+    figs = scale_figures(diag, t1, curve, LABELS, 's4')
     assert [t.get_text() for t in figs['fig3'].axes[0].get_yticklabels()] == ['weak tier', 'medium tier', 'strong tier']
     for name, fig in figs.items():
         assert check_figure(fig, tmp_path / f'{name}.png', monkeypatch) == [], name

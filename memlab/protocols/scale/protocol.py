@@ -17,8 +17,7 @@ from ...runner import DATASETS   # and its synthetic dataset kind (`synthetic-la
 # %% auto #0
 __all__ = ['BUDGETS', 'ALPHA', 'RETRIEVAL_COLUMNS', 'SCALE_PARAMS', 'SCALE_DATASETS', 'outcomes', 'call_quantile', 'with_scale',
            'diagnostics', 'onset', 'end_names', 'table1', 'table2', 'budget_curve', 'table3', 'table7',
-           'failure_regimes', 'retrieval_by_scale', 'reporting_card', 'plot_reliability', 'plot_decomposition',
-           'plot_endpoints', 'plot_budget_curves', 'check_params', 'check_n_queries', 'ladder_pool',
+           'failure_regimes', 'retrieval_by_scale', 'reporting_card', 'check_params', 'check_n_queries', 'ladder_pool',
            'scale_ladder_history']
 
 # %% ../../../nbs/protocols/scale/02_protocol.ipynb #b2acbc0e
@@ -244,109 +243,6 @@ def reporting_card(diag: pd.DataFrame, # diagnostics() at the primary budget
             ('Failure regime', f'budget-induced vs wrong-within-budget at {hn}: {regime}'),
             ('Breakdown onset', f'first evaluated scale below alpha={alpha} (added irrelevant sessions): {ons}')]
     return pd.DataFrame(rows, columns=['field', 'reported'])
-
-# %% ../../../nbs/protocols/scale/02_protocol.ipynb #6f1af609
-def _cells(d: pd.DataFrame) -> list:
-    return list(dict.fromkeys(zip(d['policy'], d['memory'])))
-
-def _axes(axes, n: int, **kw) -> list:
-    "The given axes as a flat list, or a new grid of `n` panels (rows of at most three)."
-    if axes is not None: return list(np.ravel(axes))
-    from memlab.plots import panel_grid
-    return panel_grid(n, **kw)[1]
-
-def plot_reliability(diag: pd.DataFrame, # diagnostics() at one budget
-                     alpha: float=ALPHA, # threshold line
-                     axes=None # one axes per memory interface (default: a grid of panels, three per row)
-                    ):
-    "Figure 2: Pass@B vs added irrelevant sessions, one panel per interface, one line (CI band) per agent, alpha line."
-    mems = list(dict.fromkeys(diag['memory'])); pols = list(dict.fromkeys(diag['policy']))
-    import seaborn as sns   # plotting libraries load on first plot
-    from memlab.plots import short_names
-    axes = _axes(axes, len(mems), sharey=True)
-    pal = dict(zip(pols, sns.color_palette('colorblind', len(pols)))); short = short_names(pols)
-    for ax, m in zip(axes, mems):
-        for p in pols:
-            g = diag[(diag['policy'] == p) & (diag['memory'] == m)].sort_values('n_irr')
-            if not len(g): continue
-            ax.plot(g['n_irr'], 100 * g['pass_b'], marker='o', ms=3, color=pal[p], label=short[p])
-            ax.fill_between(g['n_irr'], 100 * g['pass_b_lo'], 100 * g['pass_b_hi'], color=pal[p], alpha=0.15)
-        ax.axhline(100 * alpha, ls='--', color='gray', lw=1); ax.set_title(str(m), fontsize=9)
-        ax.set_ylim(0, 102); ax.tick_params(labelsize=7)
-        if ax.get_subplotspec().is_last_row(): ax.set_xlabel('added irrelevant sessions (N_irr)', fontsize=8)
-        if ax.get_subplotspec().is_first_col(): ax.set_ylabel(f'Pass@{int(diag["B"].iloc[0])} (%)', fontsize=8)
-    axes[-1].legend(fontsize=7, loc='upper left', bbox_to_anchor=(1.01, 1.0), frameon=False)
-    return axes
-
-def plot_decomposition(diag: pd.DataFrame, # diagnostics() at one budget
-                       n_irr: Optional[int]=None, # the scale (default: the last)
-                       ax=None # axes to draw on
-                      ):
-    "Figure 3: stacked Pass@B / wrong-within-budget / budget-induced shares per agent x interface at one scale."
-    import matplotlib.pyplot as plt, seaborn as sns   # plotting libraries load on first plot
-    from memlab.plots import short_names
-    n_irr = diag['n_irr'].max() if n_irr is None else n_irr
-    d = diag[diag['n_irr'] == n_irr]; sp = short_names(d['policy'])
-    ax = ax or plt.subplots(figsize=(5.2, 0.8 + 0.22 * len(d)))[1]
-    names = [f'{sp[p]} x {m}' for p, m in zip(d['policy'], d['memory'])]
-    left = np.zeros(len(d)); pal = sns.color_palette('colorblind', 3)
-    for col, lab, c in zip(('pass_b', 'p_wrong', 'p_exh'), ('Pass@B', 'wrong within budget', 'over budget'), pal):
-        v = 100 * d[col].to_numpy(); ax.barh(names, v, left=left, color=c, label=lab); left += v
-    ax.set_xlim(0, 100); ax.set_xlabel(f'% of rollouts at N_irr={n_irr}, B={int(diag["B"].iloc[0])}', fontsize=8)
-    ax.tick_params(labelsize=7)
-    ax.legend(fontsize=7, loc='lower center', bbox_to_anchor=(0.5, 1.0), ncols=3, frameon=False); ax.invert_yaxis()
-    return ax
-
-def plot_endpoints(t1: pd.DataFrame, # table1() output
-                   axes=None, # two axes
-                   diag: Optional[pd.DataFrame]=None # diagnostics(): draws P90R's CI at the last scale when given
-                  ):
-    "Figure 5: endpoint Pass@B at the first and last scale with CIs (left) and P90R at the last scale (right), as horizontal bars."
-    import matplotlib.pyplot as plt, seaborn as sns   # plotting libraries load on first plot
-    from memlab.plots import short_names
-    if axes is None: axes = plt.subplots(1, 2, figsize=(7, 0.9 + 0.24 * len(t1)), sharey=True)[1]
-    ln, hn = end_names(t1); ends = list(dict.fromkeys((ln, hn))); sp = short_names(t1['policy'])
-    names = [f'{sp[p]} x {m}' for p, m in zip(t1['policy'], t1['memory'])]; y = np.arange(len(t1)); pal = sns.color_palette('colorblind', 2)
-    h = 0.8 / len(ends)
-    for j, (e, c) in enumerate(zip(ends, pal)):
-        m = 100 * t1[f'pass_b_{e}'].to_numpy()
-        err = np.vstack([m - 100 * t1[f'pass_b_{e}_lo'].to_numpy(), 100 * t1[f'pass_b_{e}_hi'].to_numpy() - m])
-        axes[0].barh(y + (j - (len(ends) - 1) / 2) * h, m, h, xerr=err, capsize=2, color=c, label=e)
-    axes[0].set_yticks(y, names, fontsize=7); axes[0].invert_yaxis(); axes[0].set_xlim(0, 100)
-    axes[0].set_xlabel('Pass@B (%)', fontsize=8); axes[0].tick_params(axis='x', labelsize=7)
-    axes[0].legend(fontsize=7, frameon=False, loc='lower center', bbox_to_anchor=(0.5, 1.0), ncols=len(ends), title='scale', title_fontsize=7)
-    p90 = t1[f'P90R_{hn}'].to_numpy(dtype=float); err = None
-    if diag is not None and {'P90R_lo', 'P90R_hi'} <= set(diag):
-        last = diag[diag['n_irr'] == diag['n_irr'].max()].set_index(['policy', 'memory']).loc[list(zip(t1['policy'], t1['memory']))]
-        err = np.vstack([p90 - last['P90R_lo'].to_numpy(), last['P90R_hi'].to_numpy() - p90])
-    axes[1].barh(y, p90, 0.6, xerr=err, capsize=2, color=pal[1])
-    axes[1].set_xlabel(f'P90R at {hn} (memory calls, 95% CI)' if err is not None else f'P90R at {hn} (memory calls)', fontsize=8)
-    axes[1].xaxis.get_major_locator().set_params(integer=True); axes[1].tick_params(labelsize=7)
-    return axes
-
-def plot_budget_curves(curve: pd.DataFrame, # budget_curve() output
-                       n_irr: Optional[int]=None, # the scale (default: the last)
-                       axes=None # one axes per memory interface (default: a grid of panels, three per row)
-                      ):
-    "Figure 11 (left): Pass@B against the budget B at one scale, one panel per interface, one line per agent."
-    n_irr = curve['n_irr'].max() if n_irr is None else n_irr
-    d = curve[curve['n_irr'] == n_irr]; mems = list(dict.fromkeys(d['memory'])); pols = list(dict.fromkeys(d['policy']))
-    import seaborn as sns   # plotting libraries load on first plot
-    from memlab.plots import short_names
-    axes = _axes(axes, len(mems), sharey=True)
-    pal = dict(zip(pols, sns.color_palette('colorblind', len(pols)))); short = short_names(pols)
-    for ax, m in zip(axes, mems):
-        for p in pols:
-            g = d[(d['policy'] == p) & (d['memory'] == m)].sort_values('B')
-            if not len(g): continue
-            ax.errorbar(g['B'], 100 * g['pass_b'], yerr=[100 * (g['pass_b'] - g['pass_b_lo']), 100 * (g['pass_b_hi'] - g['pass_b'])],
-                        marker='o', ms=3, capsize=2, color=pal[p], label=short[p])
-        ax.set_title(str(m), fontsize=9); ax.set_ylim(0, 102); ax.tick_params(labelsize=7)
-        ax.set_xticks(sorted(d['B'].unique()))
-        if ax.get_subplotspec().is_last_row(): ax.set_xlabel('budget B (memory calls)', fontsize=8)
-        if ax.get_subplotspec().is_first_col(): ax.set_ylabel(f'Pass@B at N_irr={n_irr} (%)', fontsize=8)
-    axes[-1].legend(fontsize=7, loc='upper left', bbox_to_anchor=(1.01, 1.0), frameon=False)
-    return axes
 
 # %% ../../../nbs/protocols/scale/02_protocol.ipynb #a6095f5d
 import difflib, os
