@@ -73,7 +73,7 @@ class LoopResult:
 
 def _search(memory, q, by, usage=None):
     t = time.perf_counter(); obs = memory.search(q, memory.k)
-    return Step(kind='search', query=q, observation=obs, by=by, usage=usage or Usage(), memory_s=time.perf_counter() - t)
+    return Step(kind='search', query=q, observation=obs, by=by, usage=usage or Usage(), memory_s=time.perf_counter() - t, meta=memory.step_record())
 
 def _loop(policy: Policy, memory: Memory, view: QueryView, max_steps: int, single_pass: Optional[bool]):
     "The policy loop as a generator: yields (steps so far, can_search), is sent the policy's action, returns the `LoopResult`."

@@ -223,6 +223,7 @@ class Step(Record):
     by: Literal['agent', 'harness'] = 'agent'  # harness: the single-pass retrieval issued for the agent
     usage: Usage = Field(default_factory=Usage)
     memory_s: float = 0.0                  # wall time inside memory.search
+    meta: dict[str, Any] = Field(default_factory=dict)  # what the memory recorded of this call (`Memory.step_record`: an environment step)
 
 class Trajectory(Record):
     "The ordered steps of one rollout."

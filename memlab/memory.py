@@ -33,6 +33,9 @@ class Memory:
         raise NotImplementedError(f'memory {self.name!r} keeps no provenance: it cannot read back the units written from given sessions')
     @property
     def supports_readback(self) -> bool: return type(self).readback is not Memory.readback   # overridden: records provenance
+    def step_record(self) -> dict:
+        "What the last `search` did beyond its evidence, kept on the trajectory's step (an environment's reward and flags); {} for a store."
+        return {}
     def prepare(self) -> None:
         "Build now what the first search would build lazily (indexes, embeddings, graphs): construction time counts it."
     def add_all(self, sessions) -> None:
