@@ -43,6 +43,12 @@ class Policy:
         return await asyncio.to_thread(self.act, view, steps, can_search, sample=sample)
     @property
     def is_async(self) -> bool: return type(self).aact is not Policy.aact   # its own coroutine: the runner runs it on the event loop
+    def estimate_proxy(self, view: QueryView) -> Optional[dict]:
+        "A policy spec whose offline run stands in for this policy's calls in `runner.estimate` (None: the offline reader)."
+        return None
+    def estimate_tokens(self, view: QueryView, steps: list[Step]) -> Optional[tuple[int, int]]:
+        "(model calls, input tokens) this policy would spend on the proxy's trajectory `steps` (None: the search loop's prompts)."
+        return None
     def harness_query(self, view: QueryView) -> str:
         "What the harness sends to a single-pass memory for this policy: the question (seed 001 B.3 varies it by task)."
         return view.question

@@ -489,13 +489,17 @@ def estimate(cfg: RunConfig|dict|str, # the run config
     simulate = any(isinstance(p.get('backend'), dict) for p in cfg.policies)   # offline policies call no model: nothing to simulate
     n_per_memory = sum(len(i.queries) for i in instances) * len(cfg.conditions)
     per = {} if simulate else {mi: [(0, 0)] * n_per_memory for mi in range(len(cfg.memories))}   # memory -> (calls, input tokens) per rollout
+    model = next((make_policy(**p) for p in cfg.policies if isinstance(p.get('backend'), dict)), None) if simulate else None
     for inst in (instances if simulate else []):
         for cond in cfg.conditions:
             for mi, mspec in enumerate(cfg.memories):
                 mem = make_memory(**mspec); mem.add_all(history(inst, cond))
+                view = unit_view(inst, cond, mem, history)             # what a rollout searches under the condition, as `run` does
                 for q in inst.queries:
-                    res = run_loop(proxy, mem, q.view(), max_steps=cfg.max_steps)
+                    ps = model.estimate_proxy(q.view())             # the model policy's own stand-in, or the offline reader
+                    res = run_loop(make_policy(**ps) if ps else proxy, mem if view is None else view(q), q.view(), max_steps=cfg.max_steps)
                     steps = res.trajectory.steps[:-1]
+                    if (own := model.estimate_tokens(q.view(), steps)) is not None: per.setdefault(mi, []).append(own); continue
                     single = any(s.by == 'harness' for s in steps)
                     cuts = [len(steps)] if single else list(range(len(steps) + 1))
                     tin = sum(count_tokens(canonical_json(build_messages(q.view(), steps[:c]))) + (0 if single else tool_tok) for c in cuts)

@@ -7,7 +7,8 @@ from memlab.protocols.memgym.protocol import (memgym_dr_dataset, memgym_codeqa_d
                                               instance_frame, MemGymOfflineJudge, EPISODE_COLUMNS)
 
 STRATEGIES = ['none', 'sliding-window', 'observation-masking', 'llm-summarizing', 'structured-summary', 'bm25-notes', 'dense-notes',
-              'amem-notes', 'pipeline', 'ir-summarizing', 'ir-structured']
+              'amem-notes', 'pipeline', 'ir-summarizing', 'ir-structured', 'memorybank-notes', 'lightmem-notes', 'simplemem-notes',
+              'adaptive-budget']
 
 
 def _spec(name):

@@ -18,8 +18,9 @@ from memlab.protocols.memgym.contract import MANAGERS, make_manager, api_valid, 
 from memlab.protocols.memgym import strategies as S
 
 NAMES = ['sliding-window', 'observation-masking', 'llm-summarizing', 'structured-summary', 'bm25-notes', 'dense-notes',
-         'amem-notes', 'pipeline']
-ROLLING = ['sliding-window', 'llm-summarizing', 'structured-summary', 'bm25-notes', 'dense-notes', 'amem-notes']
+         'amem-notes', 'pipeline', 'memorybank-notes', 'lightmem-notes', 'simplemem-notes', 'adaptive-budget']
+ROLLING = ['sliding-window', 'llm-summarizing', 'structured-summary', 'bm25-notes', 'dense-notes', 'amem-notes', 'memorybank-notes',
+           'lightmem-notes', 'simplemem-notes', 'adaptive-budget']
 EXTRA = {'observation-masking': {'attention_window': 3},
          'pipeline': {'stages': [{'name': 'observation-masking', 'attention_window': 3}, {'name': 'llm-summarizing'}]}}
 DOC = Path(__file__).resolve().parents[2] / 'shared' / 'docs' / 'protocol-prompts.md'
@@ -112,7 +113,7 @@ def test_the_event_names_exactly_the_forgotten_messages(name):
     f = run(make(name, max_size=10), H[:11])[-1]
     ev = f.metadata['condensation_event']
     kept = [i for i, m in enumerate(H[:11]) if m in f.content]
-    gone = [1, 2, 3, 4] if name == 'sliding-window' else [1, 2, 3, 4, 5]     # no summary slot: one more message kept
+    gone = [1, 2, 3, 4] if name in ('sliding-window', 'adaptive-budget') else [1, 2, 3, 4, 5]     # no summary slot: one more message kept
     assert ev['forgotten_indices'] == [i for i in range(11) if i not in kept] == gone
     assert ev['forgotten_count'] == len(gone) and ev['tokens_before'] == count_tokens(H[:11]) and ev['tokens_after'] == f.metadata['tokens']
 

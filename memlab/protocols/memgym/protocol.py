@@ -89,10 +89,12 @@ def memgym_dr_dataset(n: int=8, # instances per hop count
 def memgym_codeqa_dataset(n: int=8, # instances
                           budget_tokens: int=10_000, # token budget (seed 004: 10k, 50k, 100k, 500k)
                           seed: int=0, # generator seed
-                          keep: Optional[list[str]]=None # instance ids the verifier kept (None: all)
+                          keep: Optional[list[str]]=None, # instance ids the verifier kept (None: all)
+                          difficulty: Optional[dict]=None # the CodeQA difficulty dial (`generators.codeqa.harden`'s knobs or {'preset': ...}); None: the generator's output
                          ) -> list[Instance]:
-    "MEMGYM-CODEQA instances from the seeded generator."
-    insts = codeqa_instances(CQ.synth_codeqa(n, budget_tokens=budget_tokens, seed=seed), budget_tokens)
+    "MEMGYM-CODEQA instances from the seeded generator, optionally dialled harder (seed 004 §3.4's composable post-hoc dial)."
+    from memlab.protocols.memgym.generators.codeqa import dialled_codeqa
+    insts = codeqa_instances(dialled_codeqa(n, budget_tokens=budget_tokens, seed=seed, difficulty=difficulty), budget_tokens)
     return insts if keep is None else [i for i in insts if i.id in set(keep)]
 
 # %% ../../../nbs/protocols/memgym/06_protocol.ipynb #08867854

@@ -18,12 +18,15 @@ from memlab.protocols.memgym.condensers.window import (SlidingWindow, PAPER_PLAC
 from .condensers.relevance import search_query, entities, relevance_order
 from .condensers.summarizing import (SUMMARIZATION_PROMPT, SUMMARIZATION_CLOSING, truncate_event,
     summarization_prompt, OFFLINE_SUMMARY_LABEL, salience, event_sentences, salient_sentences, pick_lines, extractive_summary,
-    make_summarizer, LLMSummarizing, STRUCTURED_SUMMARY_PROMPT, REPOSITORY_FIELDS, PAPER_CODING_FIELDS, DIALOGUE_FIELDS, SCHEMAS,
+    make_summarizer, LLMSummarizing, STRUCTURED_SUMMARY_PROMPT, REPOSITORY_FIELDS, PAPER_CODING_FIELDS, DIALOGUE_FIELDS, WEB_FIELDS, SCHEMAS,
     SUMMARY_TOOL_NAME, OFFICIAL_TOOL_CHOICE, summary_tool, render_state, ROUTES, OFFLINE_STATE_LABEL, NOT_EXTRACTED, StructuredSummary,
     IR_SUMMARIZATION_PROMPT, IR_SUMMARIZER_SYSTEM, IR_STRUCTURED_SYSTEM, IR_SUMMARY_BLOCK, IR_STATE_BLOCK, IR_SUMMARY_TOOL, IR_TOOL_CHOICE,
     ir_forgotten_text, ir_summarization_prompt, ir_structured_prompt, format_research_summary, IRSummarizing, IRStructured)
 from .condensers.notes import Note, paragraphs, rank_notes, NotesStrategy, BM25Notes, DenseNotes
 from .condensers.amem import note_keywords, AMemNotes
+from .condensers.memstyles import (relevance_scores, retention, MemoryBankNotes, sensory_filter, Segment,
+    TopicSegmenter, LightMemNotes, atomic_facts, SimpleMemNotes)
+from .condensers.adaptive import adaptive_target, AdaptiveBudget
 
 # %% auto #0
 __all__ = ['DEFAULT_PIPELINE', 'Pipeline', 'list_strategies', 'strategy_settings']

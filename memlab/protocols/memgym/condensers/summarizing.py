@@ -15,8 +15,8 @@ from .relevance import _SENT, _WORDS, _HEADING, search_query, relevance_order
 
 # %% auto #0
 __all__ = ['SUMMARIZATION_PROMPT', 'SUMMARIZATION_CLOSING', 'SUMMARY_MARKER', 'OFFLINE_SUMMARY_LABEL',
-           'STRUCTURED_SUMMARY_PROMPT', 'REPOSITORY_FIELDS', 'PAPER_CODING_FIELDS', 'DIALOGUE_FIELDS', 'SCHEMAS',
-           'SUMMARY_TOOL_NAME', 'OFFICIAL_TOOL_CHOICE', 'STATE_SECTIONS', 'ROUTES', 'OFFLINE_STATE_LABEL',
+           'STRUCTURED_SUMMARY_PROMPT', 'REPOSITORY_FIELDS', 'PAPER_CODING_FIELDS', 'DIALOGUE_FIELDS', 'WEB_FIELDS',
+           'SCHEMAS', 'SUMMARY_TOOL_NAME', 'OFFICIAL_TOOL_CHOICE', 'STATE_SECTIONS', 'ROUTES', 'OFFLINE_STATE_LABEL',
            'NOT_EXTRACTED', 'IR_SUMMARIZATION_PROMPT', 'IR_SUMMARIZER_SYSTEM', 'IR_STRUCTURED_SYSTEM',
            'IR_SUMMARY_BLOCK', 'IR_STATE_BLOCK', 'IR_NO_SUMMARY', 'IR_SUMMARY_TOKENS', 'IR_FALLBACK_CHARS',
            'IR_CONTENT_CHARS', 'IR_TOOL_NAME', 'IR_SUMMARY_TOOL', 'IR_TOOL_CHOICE', 'event_text', 'is_summary_message',
@@ -284,9 +284,25 @@ DIALOGUE_FIELDS = {   # the τ² dialogue schema: 8 fields
     'outstanding_commitments': 'What the agent promised and has not done yet.',
     'open_questions': 'Questions to the user still unanswered.',
     'next_action': 'What the agent should do next, in one sentence.'}
+WEB_FIELDS = {   # memlab's reading: seed 004 Table 11 says "✓ (14-field)" for Web but never lists the fields
+    'task_goal': "The user's task on the website, in one sentence.",
+    'current_url': 'The page the agent is on now.',
+    'pages_visited': 'Pages visited so far and what each showed, one per line.',
+    'items_completed': 'Parts of the task already done, one per line.',
+    'items_pending': 'Parts of the task still to do, one per line.',
+    'form_state': 'Forms being filled: fields entered and values, submitted or not.',
+    'credentials_or_ids': 'Accounts, order numbers, identifiers and other exact values needed later.',
+    'key_values_seen': 'Facts read on pages (prices, dates, names, counts), one per line.',
+    'actions_taken': 'Clicks, typing and navigation already done, one per line.',
+    'errors': 'Errors, failed actions and unexpected pages met.',
+    'constraints': 'Constraints the task or the user stated, one per line.',
+    'navigation_path': 'How to reach the pages that matter (links or menu path).',
+    'next_action': 'What the agent should do next, in one sentence.',
+    'other_relevant_context': 'Anything else needed to finish the task.'}
 SCHEMAS = {'repository': (REPOSITORY_FIELDS, ['user_context', 'completed_tasks', 'pending_tasks']),
            'paper-coding': (PAPER_CODING_FIELDS, ['current_objective']),
-           'dialogue': (DIALOGUE_FIELDS, ['user_goal', 'user_constraints', 'decisions_made', 'tool_calls_executed', 'next_action'])}
+           'dialogue': (DIALOGUE_FIELDS, ['user_goal', 'user_constraints', 'decisions_made', 'tool_calls_executed', 'next_action']),
+           'web': (WEB_FIELDS, ['task_goal', 'current_url', 'items_pending', 'next_action'])}
 SUMMARY_TOOL_NAME = 'create_state_summary'
 OFFICIAL_TOOL_CHOICE = {'type': 'function', 'function': {'name': SUMMARY_TOOL_NAME}}   # structured_summary.py's tool_choice
 STATE_SECTIONS = {   # OpenHands' StateSummary.__str__ (structured_summary.py `_format_state_summary`): section -> fields
@@ -341,7 +357,9 @@ ROUTES = {   # offline: where a salient sentence goes, by what it is (error, fil
     'paper-coding': dict(error='errors_encountered', file='files_inspected', user='current_objective', assistant='key_decisions',
                          tool='confirmed_findings', other='confirmed_findings'),
     'dialogue': dict(error='information_gathered', file='information_gathered', user='user_constraints', assistant='decisions_made',
-                     tool='information_gathered', other='information_gathered')}
+                     tool='information_gathered', other='information_gathered'),
+    'web': dict(error='errors', file='other_relevant_context', user='key_values_seen', assistant='actions_taken',
+                tool='key_values_seen', other='other_relevant_context')}
 OFFLINE_STATE_LABEL = 'OFFLINE EXTRACTIVE STATE SUMMARY (not an LLM summary: fields filled with sentences copied from the forgotten messages)'
 NOT_EXTRACTED = '(not extracted offline)'
 
@@ -360,7 +378,7 @@ class StructuredSummary(LLMSummarizing):
                  max_event_length: int=20_000, # longest event text in the prompt, in characters
                  summarizer: Any=None, # {'name': 'openai'|'anthropic', 'model': ..., 'base_url': ...}, an object with .chat, or None (offline)
                  summary_tokens: Optional[int]=None, # longest summary; None: a quarter of the token target
-                 schema: str='repository' # 'repository' (18 fields), 'paper-coding' (17) or 'dialogue' (8)
+                 schema: str='repository' # 'repository' (18 fields), 'paper-coding' (17), 'dialogue' (8) or 'web' (14)
                 ):
         if schema not in SCHEMAS: raise ValueError(f'unknown schema {schema!r}; known: {sorted(SCHEMAS)}')
         self.schema = schema

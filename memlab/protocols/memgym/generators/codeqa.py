@@ -14,7 +14,8 @@ from memlab.protocols.memgym.vocab.codeqa import (BUG_KINDS, PHRASINGS, _CO, _CO
     _VO)
 
 # %% auto #0
-__all__ = ['BUDGETS', 'make_patch', 'instance_tokens', 'without_distractors', 'synth_codeqa']
+__all__ = ['BUDGETS', 'DIAL_KNOBS', 'DIAL_PRESETS', 'make_patch', 'instance_tokens', 'without_distractors', 'synth_codeqa',
+           'split_fact', 'harden', 'dialled_codeqa']
 
 # %% ../../../../nbs/protocols/memgym/generators/02_codeqa.ipynb #aa604df0
 BUDGETS = (10_000, 50_000, 100_000, 500_000)   # seed 004 section 4: CodeQA token budgets
@@ -275,3 +276,269 @@ def synth_codeqa(n: int, # instances
         assert keep_rule(inst)
         out.append(inst)
     return out
+
+# %% ../../../../nbs/protocols/memgym/generators/02_codeqa.ipynb #d27b6795
+from typing import Optional
+from ..official.codeqa import critical_memory_only
+
+DIAL_KNOBS = dict(fuzz=0, distractors=1.0, indirection=0, fragment=0)   # the knobs and their no-op values
+DIAL_PRESETS = {'easy': {}, 'medium': dict(fuzz=1, distractors=2.0, indirection=1, fragment=1),   # memlab's reading: the seed names
+                'hard': dict(fuzz=3, distractors=3.0, indirection=2, fragment=2)}                 # the presets, not their values
+_SCALED = ('cross_instance', 'adversarial', 'same_function')   # the sources distractor scaling multiplies
+
+def _story_of(inst: CodingQAInstance) -> dict:
+    "The generator story behind an instance (its id names the package, the function, the seed and the index)."
+    m = re.fullmatch(r'(\w+?)__(\w+)\.(-?\d+)_(\d+)', inst.base_instance)
+    for attempt in range(10 if m else 0):
+        s = _story(int(m[3]), int(m[4]), attempt)
+        if (s['pkg'], s['func']) == (m[1], m[2]): return s
+    raise ValueError(f'{inst.instance_id}: not an instance of synth_codeqa (the dial needs its story)')
+
+def _phrasing_of(inst: CodingQAInstance, s: dict) -> str:
+    "The phrasing set the instance was written in."
+    return next((p for p in PHRASINGS if _facts(s, p)[0].content == inst.grounding_facts[0].content), 'a')
+
+def _record_names(inst: CodingQAInstance) -> list[str]:
+    "The debugging record's files (those holding a distractor), in order; filler documents hold none."
+    return [k for k, t in inst.memory_files.items() if any(d.content in t for d in inst.distractors)]
+
+def _home(files: dict[str, str], names: list[str], text: str) -> int:
+    "Index in `names` of the record file holding `text`."
+    return next(k for k, n in enumerate(names) if text in files[n])
+
+# %% ../../../../nbs/protocols/memgym/generators/02_codeqa.ipynb #7e29ad4a
+def _shift_numbers(text: str, rng: random.Random) -> str:
+    "Every number of `text` moved up by 3 to 40."
+    return re.sub(r'\b\d+\b', lambda m: str(int(m[0]) + rng.randint(3, 40)), text)
+
+def _variant(d: DistractorFact, s: dict, k: int, phrasing: str, rng: random.Random) -> str:
+    "A new distractor of `d`'s source: another package's report, a further near-miss, the contradiction in another voice."
+    if d.source == 'cross_instance':
+        other = {f.id: f.content for f in _facts(_story(s['seed'], s['i'] + 2 + k // 2), phrasing)}
+        return other[('F2', 'F3')[k % 2]]
+    if d.source == 'adversarial': return _shift_numbers(d.content, rng)
+    return _shift_numbers(d.content.replace(s['skeptic'], _person(rng)), rng)
+
+def _scale_distractors(inst: CodingQAInstance, factor: float, s: dict, phrasing: str, rng: random.Random) -> CodingQAInstance:
+    "The instance with round(len(distractors) * factor) distractors: the new ones copy a base's source and target_qa_id."
+    if factor < 1: raise ValueError(f'distractors must be >= 1.0 (a multiplier of the generated distractors), got {factor}')
+    ds, names = list(inst.distractors), _record_names(inst)
+    bases = [d for d in ds if d.source in _SCALED]
+    want, files, after = round(len(ds) * factor) - len(ds), dict(inst.memory_files), {}
+    seen = {d.content for d in ds} | {f.content for f in inst.grounding_facts}
+    counts, j, tries = {}, 0, 0
+    while want > 0 and bases and tries < 50 * want + 50:
+        base = bases[j % len(bases)]; j += 1; tries += 1
+        k = counts.get(base.source, 0)
+        text = _variant(base, s, k, phrasing, rng)
+        if text in seen or any(carries(f.content, text) for f in inst.grounding_facts): continue
+        counts[base.source] = k + 1; seen.add(text); want -= 1
+        new = DistractorFact(id=f'D{len(ds) + 1}', content=text, source=base.source, target_qa_id=base.target_qa_id)
+        ds.append(new); after.setdefault(base.id, []).append(new.content)
+    if want > 0: raise ValueError(f'distractors={factor}: {inst.instance_id} has too few distinct variants')
+    for d in inst.distractors:
+        if d.id not in after: continue
+        name = names[_home(files, names, d.content)]
+        line = next(l for l in files[name].split('\n') if d.content in l)
+        files[name] = files[name].replace(line, '\n'.join([line, *after[d.id]]), 1)
+    return inst.model_copy(update=dict(distractors=ds, memory_files=files))
+
+# %% ../../../../nbs/protocols/memgym/generators/02_codeqa.ipynb #ba8da583
+_SPAN = re.compile(r"[A-Za-z0-9][\w\-]*[A-Za-z0-9]|\d")
+_NAME = re.compile(r"[A-Z][a-z]+(?: [A-Z][a-z]+)+|(?<=\s)[A-Z][a-z]+(?=[\s.,;:'])|(?<=')[A-Z][a-z]+(?=')")
+
+def _alias_span(f: GroundingFact, others: list[GroundingFact], repo: str) -> Optional[str]:
+    "The value a fact can name through an alias: a number or code, else a proper name, not in the repository (preferably in no other fact)."
+    has = lambda w, t: re.search(rf'(?<![\w-]){re.escape(w)}(?![\w-])', t)
+    cand = [w for w in _SPAN.findall(f.content) if any(c.isdigit() for c in w)] + _NAME.findall(f.content)
+    cand = [w for w in cand if not has(w, repo)]
+    return next((w for w in cand if not any(has(w, o.content) for o in others)), cand[0] if cand else None)
+
+def _critical_pool(inst: CodingQAInstance) -> list[GroundingFact]:
+    "The critical memory-only facts in id order: indirection takes from the front, fragmentation from the back."
+    return sorted(critical_memory_only(inst), key=lambda f: (len(f.id), f.id))
+
+def _relink(qas: list[QAPair], facts: list[GroundingFact]) -> list[QAPair]:
+    "QA pairs with gold answers and derived fields recomputed from their linked facts."
+    fmap, out = {f.id: f for f in facts}, []
+    for q in qas:
+        linked = [fmap[x] for x in q.linked_fact_ids]
+        n_mem = sum(not f.discoverable for f in linked)
+        out.append(q.model_copy(update=dict(gold_answer=' '.join(f.content for f in linked), num_linked_facts=len(linked),
+                                            requires_memory=n_mem > 0, requires_synthesis=len(linked) > 1,
+                                            difficulty='easy' if n_mem == 0 else 'medium' if n_mem <= 2 else 'hard',
+                                            signal_tokens=sum(count_tokens(f.content) for f in linked))))
+    return out
+
+def _indirect(inst: CodingQAInstance, level: int, rng: random.Random) -> CodingQAInstance:
+    "`level` critical facts stated through an alias another record file resolves; each QA pair on the fact links the resolution too."
+    pool = _critical_pool(inst)[:len(_critical_pool(inst)) // 2]
+    repo = format_repo_files(inst.repo_files) + '\n' + inst.repo_context + '\n' + inst.task_prompt
+    names, files, facts, qas = _record_names(inst), dict(inst.memory_files), list(inst.grounding_facts), list(inst.qa_pairs)
+    docs = '\n'.join(files[n] for n in names)
+    todo = [(f, w) for f in pool if f.content in docs and (w := _alias_span(f, [o for o in facts if o.id != f.id], repo))]
+    if len(todo) < level: raise ValueError(f'indirection={level}: {inst.instance_id} has {len(todo)} facts an alias can hide')
+    for f, w in todo[:level]:
+        alias = _word(rng, 2) + '-' + str(rng.randint(10, 99))
+        home = _home(files, names, f.content)
+        files[names[home]] = files[names[home]].replace(f.content, re.sub(rf'(?<![\w-]){re.escape(w)}(?![\w-])', alias, f.content), 1)
+        res = f'Note: {alias} is the tracker alias for {w}.'
+        other = names[(home + 1) % len(names)]
+        head, _, rest = files[other].partition('\n')
+        files[other] = f'{head}\n{res}\n{rest}'
+        new = GroundingFact(id=f'F{len(facts) + 1}', content=res, topic=f'what {alias} stands for', category=f.category, discoverable=False,
+                            relevance='helpful', evidence=f'only in the debugging record; resolves the alias {f.id} is stated with')
+        facts.append(new)
+        qas = [q.model_copy(update=dict(linked_fact_ids=[*q.linked_fact_ids, new.id])) if f.id in q.linked_fact_ids else q for q in qas]
+    return inst.model_copy(update=dict(memory_files=files, grounding_facts=facts, qa_pairs=_relink(qas, facts),
+                                       num_external_facts=sum(not f.discoverable for f in facts)))
+
+# %% ../../../../nbs/protocols/memgym/generators/02_codeqa.ipynb #8fbc083a
+_CLAUSE = ('because', 'so', 'and', 'but', 'when', 'which', 'while', 'where', 'with', 'the', 'its', 'is', 'that', 'as', 'than', 'such', 'on', 'for', 'to')
+
+def split_fact(content: str # a fact's statement
+              ) -> list[str]:
+    "Two sentences that together carry `content` (see `carries`) while neither does alone; `[content]` when no cut does."
+    words = content.split(' ')
+    mid = len(words) / 2
+    cuts = sorted(range(2, len(words) - 1), key=lambda i: (not (words[i].lower() in _CLAUSE or words[i - 1][-1:] in ',;:'), abs(i - mid), i))
+    for i in cuts:
+        a = ' '.join(words[:i]).rstrip(',;:')
+        b = ' '.join(words[i + (words[i].lower() in ('and', 'but', 'so')):])
+        a = a if a[-1:] in '.!?' else a + '.'
+        b = b[0].upper() + b[1:] if b[:1].isalpha() and b.split(' ')[0].islower() and '_' not in b.split(' ')[0] else b
+        if carries(content, a + ' ' + b) and not carries(content, a) and not carries(content, b): return [a, b]
+    return [content]
+
+def _fragment(inst: CodingQAInstance, level: int) -> CodingQAInstance:
+    "`level` critical facts split in two: the first part where the fact stood, the second at the end of the next record file."
+    pool = _critical_pool(inst)
+    pool = pool[len(pool) // 2:][::-1]
+    names, files, facts = _record_names(inst), dict(inst.memory_files), list(inst.grounding_facts)
+    docs = '\n'.join(files[n] for n in names)
+    todo = [(f, p) for f in pool if f.content in docs and len(p := split_fact(f.content)) > 1]
+    if len(todo) < level: raise ValueError(f'fragment={level}: {inst.instance_id} has {len(todo)} facts that split')
+    for f, (a, b) in todo[:level]:
+        home = _home(files, names, f.content)
+        files[names[home]] = files[names[home]].replace(f.content, a, 1)
+        other = names[(home + 1) % len(names)]
+        files[other] = files[other].rstrip('\n') + f'\n\n{b}\n'
+        facts = [g.model_copy(update=dict(evidence=g.evidence + '; split across two record files')) if g.id == f.id else g for g in facts]
+    return inst.model_copy(update=dict(memory_files=files, grounding_facts=facts))
+
+# %% ../../../../nbs/protocols/memgym/generators/02_codeqa.ipynb #1d6af874
+_SYNONYMS = {   # memlab's reading of "prompt fuzzing": plain-English substitutes for the words questions and prompts are made of
+    'failure': ('breakage', 'malfunction'), 'reproduce': ('show up', 'recur'), 'reproduces': ('shows up', 'recurs'),
+    'root cause': ('underlying reason', 'real cause'), 'debugging': ('investigation', 'troubleshooting'), 'customer': ('client', 'account'),
+    'raise': ('emit', 'fire'), 'alert': ('alarm', 'page'), 'misbehaves': ('goes wrong', 'acts up'), 'signature': ('parameter list', 'call interface'),
+    'find out why': ('work out the cause', 'determine the reason'), 'work out the cause': ('find out why', 'determine the reason'), 'depends': ('relies', 'counts'), 'keep': ('retain', 'hold'), 'keeps': ('retains', 'holds'),
+    'current': ('present', 'existing'), 'condition': ('situation', 'circumstance'), 'input': ('incoming data', 'data'), 'bug': ('defect', 'fault'),
+    'trigger': ('set off', 'provoke'), 'underlying': ('deeper', 'actual'), 'defect': ('flaw', 'fault'), 'client': ('customer', 'account'),
+    'fire': ('emit', 'send'), 'tracing': ('investigating', 'following'), 'show': ('reveal', 'expose'), 'reason': ('motive', 'cause'),
+    'totals': ('sums', 'aggregates'), 'sometimes': ('occasionally', 'now and then'), 'large': ('big', 'bulk'), 'why': ('for what reason',),
+    'fix': ('patch', 'repair'), 'change': ('be altered', 'be modified'), 'exactly': ('precisely', 'strictly'), 'handling': ('processing', 'treating'),
+    'registered': ('recorded', 'enrolled'), 'grow': ('climb', 'increase')}
+_SYN_RE = re.compile(r'\b(' + '|'.join(sorted(map(re.escape, _SYNONYMS), key=len, reverse=True)) + r')\b', re.I)
+
+def _synonyms(text: str, rng: random.Random) -> str:
+    "Words of `_SYNONYMS` replaced (case kept on the first letter), in one pass."
+    def sub(m):
+        w = rng.choice(_SYNONYMS[m[0].lower()])
+        return w[0].upper() + w[1:] if m[0][0].isupper() else w
+    return _SYN_RE.sub(sub, text)
+
+def _reorder(text: str) -> str:
+    "Clauses swapped: 'A, and B?' -> 'B, and a?'; 'X; find out why.' -> 'Find out why: x.'"
+    low = lambda t: t[0].lower() + t[1:] if t[:1].isupper() and not t[1:2].isupper() else t
+    up = lambda t: t[0].upper() + t[1:]
+    if ', and ' in text and text.endswith('?'):
+        parts = text[:-1].split(', and ')
+        return up(', and '.join([parts[-1], *[low(p) for p in parts[:-1]]])) + '?'
+    if '; ' in text:
+        a, b = text.split('; ', 1)
+        return up(b.rstrip('.')) + ': ' + low(a) + '.'
+    return text
+
+def _drop_identifiers(text: str, repo_files: dict[str, str]) -> str:
+    "Function and constant names of the repository replaced by what they are."
+    defs = {n.name: 'function' for src in repo_files.values() for n in ast.parse(src).body if isinstance(n, ast.FunctionDef)}
+    defs.update({t.id: 'module constant' for src in repo_files.values() for n in ast.parse(src).body if isinstance(n, ast.Assign)
+                 for t in n.targets if isinstance(t, ast.Name) and t.id.isupper()})
+    if not defs: return text
+    pat = re.compile(r'(\b(?:the|a|an) (?:\w+ing )?)?`?\b(' + '|'.join(map(re.escape, sorted(defs, key=len, reverse=True))) + r')\b`?')
+    return pat.sub(lambda m: (m[1] if m[1] and m[1] != 'the ' else 'the ') + defs[m[2]], text)
+
+def _fuzz(inst: CodingQAInstance, level: int, rng: random.Random) -> CodingQAInstance:
+    "Task prompt and questions rephrased: 1 synonyms, 2 and clauses reordered, 3 and identifiers dropped; facts and documents unchanged."
+    if level not in (0, 1, 2, 3): raise ValueError(f'fuzz must be 0, 1, 2 or 3, got {level}')
+    def f(t):
+        t = _synonyms(t, rng)
+        if level >= 2: t = _reorder(t)
+        if level >= 3: t = _drop_identifiers(t, inst.repo_files)
+        return t
+    return inst.model_copy(update=dict(task_prompt=f(inst.task_prompt), qa_pairs=[q.model_copy(update=dict(question=f(q.question))) for q in inst.qa_pairs]))
+
+# %% ../../../../nbs/protocols/memgym/generators/02_codeqa.ipynb #b2a00274
+def _trim_filler(inst: CodingQAInstance, tokens: int) -> CodingQAInstance:
+    "Filler lines cut from the end until the instance has at most `tokens` tokens (the record is never cut)."
+    record, files = set(_record_names(inst)), dict(inst.memory_files)
+    filler = [k for k in files if k not in record]
+    have = instance_tokens(inst)
+    while have > tokens and filler:
+        name = filler[-1]
+        lines = files[name].split('\n')
+        have -= count_tokens(files[name])
+        if len(lines) > 1: files[name] = '\n'.join(lines[:-1]); have += count_tokens(files[name])
+        else: del files[name]; filler.pop()
+    return inst.model_copy(update=dict(memory_files=files))
+
+def _dial_label(inst: CodingQAInstance, knobs: dict) -> str:
+    "The instance's `difficulty_preset` after the dial: the knobs set so far, in a fixed order."
+    prev = dict(kv.split('=') for kv in inst.difficulty_preset[5:].split(',') if '=' in kv) if inst.difficulty_preset.startswith('dial:') else {}
+    prev.update({k: str(v) for k, v in knobs.items() if v != DIAL_KNOBS[k]})
+    return 'dial:' + ','.join(f'{k}={prev[k]}' for k in DIAL_KNOBS if k in prev) if prev else inst.difficulty_preset
+
+def harden(inst: CodingQAInstance, # an instance of `synth_codeqa`
+           fuzz: int=0, # prompt fuzzing: 1 synonyms, 2 and clause order, 3 and identifiers dropped (facts unchanged)
+           distractors: float=1.0, # distractor scaling: round(n * distractors) distractors, each new one copying a base's source and target
+           indirection: int=0, # critical facts stated through an alias another record file resolves (a second linked fact)
+           fragment: int=0, # critical facts split in two parts placed in two record files
+           seed: int=0, # the same seed gives the same dialled instance
+           keep_budget: bool=True # cut filler so the instance stays within its budget (`target_tokens`, else its count) (False: the dial adds tokens)
+          ) -> CodingQAInstance:
+    "A copy of `inst` made harder by seed 004's composable post-hoc dial; it passes the generator's checks."
+    knobs = dict(fuzz=fuzz, distractors=distractors, indirection=indirection, fragment=fragment)
+    if all(v == DIAL_KNOBS[k] for k, v in knobs.items()): return inst.model_copy(deep=True)
+    for k in ('indirection', 'fragment'):
+        if not isinstance(knobs[k], int) or knobs[k] < 0: raise ValueError(f'{k} must be a non-negative int, got {knobs[k]!r}')
+    s = _story_of(inst); ph = _phrasing_of(inst, s)
+    rng = lambda knob: random.Random(f'dial:{knob}:{seed}:{inst.instance_id}')
+    out, have = inst, instance_tokens(inst)
+    limit = inst.target_tokens if inst.target_tokens and have <= inst.target_tokens else have   # the budget, else today's count
+    if distractors != 1.0: out = _scale_distractors(out, distractors, s, ph, rng('distractors'))
+    if indirection: out = _indirect(out, indirection, rng('indirection'))
+    if fragment: out = _fragment(out, fragment)
+    if fuzz: out = _fuzz(out, fuzz, rng('fuzz'))
+    if keep_budget: out = _trim_filler(out, limit)
+    out = validate_codeqa(out.model_copy(update=dict(difficulty_preset=_dial_label(inst, knobs))))
+    errs = _label_errors(out)
+    if errs or not keep_rule(out): raise AssertionError(f'{inst.instance_id}: the dial broke the instance: {errs or "keep rule"}')
+    return out
+
+def dialled_codeqa(n: int, # instances
+                   budget_tokens: int=10_000, # token budget of each instance
+                   seed: int=0, # generator and dial seed
+                   difficulty: Optional[dict]=None, # `harden`'s knobs, or {'preset': 'easy'|'medium'|'hard'}; None: `synth_codeqa`'s output
+                   phrasing: str='a' # the generator's wording set
+                  ) -> list[CodingQAInstance]:
+    "`synth_codeqa`'s instances through `harden` (`difficulty=None`: unchanged)."
+    insts = synth_codeqa(n, budget_tokens=budget_tokens, seed=seed, phrasing=phrasing)
+    if not difficulty: return insts
+    d = dict(difficulty)
+    if 'preset' in d:
+        p = d.pop('preset')
+        if p not in DIAL_PRESETS: raise ValueError(f'preset must be one of {list(DIAL_PRESETS)}, got {p!r}')
+        d = {**DIAL_PRESETS[p], **d}
+    bad = set(d) - set(DIAL_KNOBS) - {'keep_budget'}
+    if bad: raise ValueError(f'unknown difficulty knobs {sorted(bad)}; known: {list(DIAL_KNOBS)}, preset, keep_budget')
+    return [harden(x, seed=seed, **d) for x in insts]
