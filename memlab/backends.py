@@ -49,6 +49,7 @@ class ToolCall:
     id: str
     name: str
     arguments: dict
+    error: Optional[str] = None   # why its arguments could not be read (kept, not raised, when the call asked `malformed_tools='keep'`)
 
 @dataclass
 class ChatResponse:
@@ -60,7 +61,8 @@ class ChatResponse:
     model: str = ''
     finish: str = ''
     def to_dict(self) -> dict:   # by hand: `asdict` deep-copies, a cost on every model call
-        return dict(content=self.content, tool_calls=[dict(id=t.id, name=t.name, arguments=t.arguments) for t in self.tool_calls],
+        return dict(content=self.content, tool_calls=[dict(id=t.id, name=t.name, arguments=t.arguments, **({'error': t.error} if t.error else {}))
+                                                      for t in self.tool_calls],
                     input_tokens=self.input_tokens, output_tokens=self.output_tokens, model=self.model, finish=self.finish)
     @classmethod
     def from_dict(cls, d: dict) -> 'ChatResponse':
@@ -265,10 +267,13 @@ class ChatBackend:
             if self._client is None: self._client = self._make_client()
             return self._client
 
-    def request(self, messages: list, tools: Optional[list]=None, tool_choice: Optional[str]=None, sample: int=0, **params) -> dict:
+    def request(self, messages: list, tools: Optional[list]=None, tool_choice: Optional[str]=None, sample: int=0,
+                malformed_tools: str='retry', **params) -> dict:
         "Everything that determines the reply: this is the cache key (transport settings excluded)."
+        if malformed_tools not in ('retry', 'keep'): raise ValueError(f"malformed_tools must be 'retry' or 'keep', got {malformed_tools!r}")
         return dict(provider=self.provider, base_url=self.base_url, model=self.model, messages=messages, tools=tools,
-                    tool_choice=tool_choice if tools else None, params={**self.params, **params}, sample=sample)
+                    tool_choice=tool_choice if tools else None, params={**self.params, **params}, sample=sample,
+                    **({'malformed_tools': 'keep'} if malformed_tools == 'keep' else {}))   # 'retry' (the default) leaves the key as it was
 
     def _wait(self, rs: tenacity.RetryCallState) -> float:
         "The server's Retry-After if it sent one (the budget stops the call if it is too long), else jittered backoff."
@@ -368,10 +373,11 @@ class ChatBackend:
              tools: Optional[list]=None, # OpenAI-style tool schemas
              tool_choice: Optional[str]=None, # 'auto' | 'none'
              sample: int=0, # repeated-sampling index (part of the cache key)
+             malformed_tools: str='retry', # a tool call whose arguments are not a JSON object: 'retry' (a failed reply), 'keep' (`ToolCall.error`)
              **params # sampling parameters for this call
             ) -> tuple[ChatResponse, Usage]:
         "A reply and its usage, from the cache when possible."
-        req = self.request(messages, tools, tool_choice or ('auto' if tools else None), sample, **params)
+        req = self.request(messages, tools, tool_choice or ('auto' if tools else None), sample, malformed_tools, **params)
         t = time.perf_counter()
         return self._reply(*cached_call(self.cache, req, lambda: self._call(req).to_dict()), req, t)
 
@@ -386,10 +392,11 @@ class ChatBackend:
                     tools: Optional[list]=None, # OpenAI-style tool schemas
                     tool_choice: Optional[str]=None, # 'auto' | 'none'
                     sample: int=0, # repeated-sampling index (part of the cache key)
+                    malformed_tools: str='retry', # as in `chat`
                     **params # sampling parameters for this call
                    ) -> tuple[ChatResponse, Usage]:
         "`chat` as a coroutine on the background loop (`chat_many` runs many of them)."
-        req = self.request(messages, tools, tool_choice or ('auto' if tools else None), sample, **params)
+        req = self.request(messages, tools, tool_choice or ('auto' if tools else None), sample, malformed_tools, **params)
         t = time.perf_counter()
         if self.cache is None: return self._reply((await self._acall(req)).to_dict(), False, req, t)
         k = self.cache.key(req)

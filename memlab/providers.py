@@ -37,8 +37,13 @@ class OpenAIBackend(ChatBackend):
         calls = []
         for tc in (m.get('tool_calls') or []):
             fn = tc.get('function') or {}
-            try: args = json.loads(fn.get('arguments') or '{}')
-            except json.JSONDecodeError as e: raise MalformedReply(redact(f"tool arguments are not JSON: {fn.get('arguments')!r}")) from e
+            try: args, why = json.loads(fn.get('arguments') or '{}'), None
+            except json.JSONDecodeError: args, why = None, 'not JSON'
+            if why is None and not isinstance(args, dict): why = f'a JSON {type(args).__name__}, not an object'
+            if why is not None:                              # the model's own output: kept for the caller, or a failed (retried) reply
+                msg = redact(f"tool arguments are {why}: {str(fn.get('arguments'))[:300]!r}")
+                if req.get('malformed_tools') != 'keep': raise MalformedReply(msg)
+                calls.append(ToolCall(tc.get('id', ''), fn.get('name', ''), {}, msg)); continue
             calls.append(ToolCall(tc.get('id', ''), fn.get('name', ''), args))
         if m.get('content') is None and not calls: raise MalformedReply('reply with neither content nor tool calls')
         u = d.get('usage') or {}

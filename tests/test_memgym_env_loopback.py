@@ -58,3 +58,36 @@ def test_estimate_prices_episodes_with_the_offline_stand_in():
     assert est['model_calls'].tolist() == [28, 28]          # the toy agent: 6 peeks and a submit per episode, each one call
     none, summ = est['input_tokens'].tolist()
     assert none > summ > 0                                  # the summary's shorter contexts cost fewer input tokens
+
+
+def test_a_malformed_tool_call_is_the_agents_action_not_a_failed_request(tmp_path):
+    "A call whose arguments are no JSON object (a tiny model's habit) was retried to failure, the rollout an error; now it is answered, once."
+    first = set()
+    def sloppy(kind, req):
+        key = json.dumps(_user_texts(kind, req)[:1])
+        if key not in first: first.add(key); return Reply(tool_calls=[('peek', 'page please')])   # arguments: a JSON string, not an object
+        return toy_model(kind, req)
+    with LoopbackServer('openai', responder=sloppy) as srv:
+        c, ds = cfg('openai', srv.url, [{'name': 'memgym-env', 'strategy': 'none'}], name='sloppy')
+        insts = load_dataset(ds)
+        st = run(c, insts, tmp_path / 'run', progress=False); score(st, insts)
+        n_req = srv.n_requests
+    ro = st.rollouts()
+    assert ro['error'].isna().all(), ro['error'].dropna().tolist()[:1]
+    ep = episode_frame(st)
+    assert n_req == int(ep.live_calls.sum())                         # no retries of the malformed reply
+    r = ResultsStore(tmp_path / 'run').rollout_records()[0]
+    s1 = [s for s in r.trajectory.steps if s.kind == 'search'][1]
+    assert s1.meta['observation'].startswith('error: the call was not run: its tool arguments are a JSON str, not an object'), s1.meta['observation']
+    assert ep.resolved.all()                                         # the model went on and submitted
+
+
+def test_strict_callers_still_fail_a_malformed_call():
+    from memlab.llm import make_backend, LLMError
+    with LoopbackServer('openai', responder=lambda k, r: Reply(tool_calls=[('search_memory', 'just text')])) as srv:
+        b = make_backend('openai', model='m', base_url=srv.url, timeout=5, backoff=0.01, backoff_max=0.02, cache=False, retry_budget_s=1.0)
+        with pytest.raises(LLMError, match='not an object'):
+            b.chat(messages=[{'role': 'user', 'content': 'q'}], tools=[{'type': 'function', 'function': {'name': 'search_memory', 'parameters': {}}}])
+        r, _ = b.chat(messages=[{'role': 'user', 'content': 'q'}], tools=[{'type': 'function', 'function': {'name': 'search_memory', 'parameters': {}}}],
+                      malformed_tools='keep')
+        assert r.tool_calls[0].arguments == {} and 'not an object' in r.tool_calls[0].error

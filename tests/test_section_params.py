@@ -50,6 +50,12 @@ CASES.update({
     'memgym-codeqa-pipeline': ('memgym', "tracks: [codeqa]\nstrategies: [none, pipeline, amem-notes]\ncodeqa_budgets: [10000]\nn_codeqa: 3\n"
                                          "n_resamples: 50"),
 })
+CASES.update({
+    'memgym-envs-defaults': ('memgym_envs', ''),
+    'memgym-envs-dialogue-unbounded-windows': ('memgym_envs', "envs: [dialogue]\nstrategies: [none, llm-summarizing, observation-masking]\nn_tasks: 4\n"
+                                                             "ablation_envs: [dialogue]\nreplay_envs: []\n"
+                                                             "env_settings: {dialogue: {window_tokens: null, env_args: {user_window_tokens: null}}}\nn_resamples: 50"),
+})
 SUBTLE_EXCERPT = ROOT.parent / 'shared' / 'fixtures' / 'subtlememory'   # real format (may be absent)
 if SUBTLE_EXCERPT.exists():
     CASES['subtlememory-real-excerpt'] = ('subtlememory', f"dataset: released\ndata_path: {SUBTLE_EXCERPT}\nk: 5\nn_resamples: 50")
@@ -233,3 +239,27 @@ def test_default_offline_memgym_distractors_mislead_the_strategies_that_keep_the
     assert (bm['score_when_not_kept'] > bm['score_when_kept']).all(), bm[['score_when_kept', 'score_when_not_kept']]
     cq = dt[(dt['track'] == 'codeqa') & (dt['strategy'] != 'none')]
     assert (cq['misled_when_not_kept'].fillna(0) == 0).all() and (cq['noise_rejection'] < 1).any(), cq
+
+
+def test_default_offline_memgym_envs_run_shows_memory_where_state_is_hidden(runs):
+    """Seed 004's interactive environments on the default offline run (checked here, never in the notebook). Every task is
+    solvable when nothing is forgotten (the agents' ceiling, an unbounded window); with the section's window and no memory
+    the dialogue agent loses the constraints the user stated early and the web agent the items it already handled, and the
+    rolling summary, which keeps those sentences, solves more of them than the None control on the same tasks."""
+    _, res, _ = runs['memgym-envs-defaults']
+    ct = pd.read_csv(res / 'agent_ceiling.csv')
+    al = ct[ct['domain'] == 'all'].set_index('env')
+    assert (al['unbounded_window'] == 1.0).all(), al
+    assert (al.loc[['dialogue', 'web'], 'no_memory'] < 1.0).all(), al
+    t5 = pd.read_csv(res / 'table5_limexc.csv').pivot_table(index='track', columns='strategy', values='resolved')
+    assert (t5.loc[['dialogue', 'web'], 'llm-summarizing'] > t5.loc[['dialogue', 'web'], 'none']).all(), t5
+    assert (res / 'table7_web.csv').exists() and (res / 'ablation_dialogue.csv').exists()
+
+
+def test_memgym_envs_gain_vanishes_when_nothing_is_forgotten(runs):
+    "The control: with unbounded windows on the agent and the user the None control solves every dialogue: no strategy can gain (a lossy summary may still lose)."
+    _, res, _ = runs['memgym-envs-dialogue-unbounded-windows']
+    t5 = pd.read_csv(res / 'table5_limexc.csv').set_index('strategy')
+    assert t5.loc['none', 'resolved'] == t5.loc['none', 'n'] and (t5['delta_pp'] <= 0).all(), t5
+    ab = pd.read_csv(res / 'ablation_dialogue.csv')
+    assert (ab['gain'] <= 0).all(), ab
