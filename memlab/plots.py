@@ -43,6 +43,9 @@ SERIES_STYLES = {   # one style per memory system / series across every figure: 
     'entity-graph': ('#882255', 'X', '-.'), 'mem0': ('#44AA99', 'h', ':'), 'memgym-context': ('#332288', '<', '-'),
     'none': ('#7F7F7F', 'x', ':'), 'llm-summarizing': ('#117733', '>', '--'), 'structured-summary': ('#AA4499', 'p', '-.'),
     'bm25-notes': ('#E69F00', 's', ':'), 'dense-notes': ('#009E73', '^', ':'), 'amem-notes': ('#661100', '*', '--'),
+    'memorybank-notes': ('#332288', '<', ':'), 'lightmem-notes': ('#56B4E9', 'D', '-.'), 'simplemem-notes': ('#DDCC77', 'h', '--'),
+    'observation-masking': ('#CC79A7', 'X', '--'), 'sliding-window': ('#D55E00', 'v', '-.'), 'adaptive-budget': ('#999933', 'P', ':'),
+    'pipeline': ('#44AA99', 'o', '--'), 'memgym-env': ('#000000', '>', '--'),
     'weak': ('#BBBBBB', 'v', ':'), 'medium': ('#777777', 's', '--'), 'strong': ('#222222', '^', '-'),
 }
 _MARKERS, _LINES = ('o', 's', '^', 'D', 'v', 'P', 'X', 'h', '<', '>', 'p', '*'), ('-', '--', '-.', ':')
