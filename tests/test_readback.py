@@ -19,6 +19,8 @@ SKIP = {
     'memgym-context': "MemGym's context manager (family 'context-manager'), not a store: its summaries and notes are written from "
                       'several sessions at once (the condensation events record which), so it declares no per-session provenance and '
                       'a readback config with it is refused before any work (test_memgym_context_refuses_readback)',
+    'memgym-env': "MemGym II's context-manager spec for interactive episodes: an environment feeds each episode, no session is "
+                  'ingested, so there is nothing to read back (a readback config with it is refused like memgym-context)',
 }
 # The library's registry: memories registered by other test modules at import (e.g. test_mab_data's) are left out.
 NAMES = sorted(n for n, c in MEMORIES.items() if c.__module__.split('.')[0] == 'memlab')
