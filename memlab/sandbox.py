@@ -135,7 +135,7 @@ try:
                 with open('/proc/self/' + f, 'w') as h: h.write(v)
             os.write(ready_w, b'1'); os.close(ready_w)
             if os.read(go_r, 1) != b'1': os._exit(126)
-            for name, v in cfg['limits'].items(): resource.setrlimit(getattr(resource, name), (v, v))
+            for name, v in cfg['limits'].items(): resource.setrlimit(getattr(resource, name), (v, v + 1 if name == 'RLIMIT_CPU' else v))   # SIGXCPU first, SIGKILL a second later
             os.execvpe(cfg['argv'][0], cfg['argv'], cfg['env'])
         except BaseException as e:
             os.write(2, ('sandbox: cannot start the command: %s\n' % e).encode()); os._exit(127)
@@ -247,7 +247,7 @@ def _run_command(sb, argv: list, timeout: float, cwd: Path, stdin) -> ExecResult
         kw = dict(pass_fds=(wfd,), env={'LANG': 'C.UTF-8'})
     else:
         full = argv
-        kw = dict(cwd=cwd, env=env, preexec_fn=lambda: [resource.setrlimit(getattr(resource, k), (v, v)) for k, v in limits.items()])
+        kw = dict(cwd=cwd, env=env, preexec_fn=lambda: [resource.setrlimit(getattr(resource, k), (v, v + 1 if k == 'RLIMIT_CPU' else v)) for k, v in limits.items()])
     t0, timed_out = time.monotonic(), False
     try:
         with open(in_p, 'rb') as fi, open(out_p, 'wb') as fo, open(err_p, 'wb') as fe:
