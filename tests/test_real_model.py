@@ -131,7 +131,7 @@ def test_memgym_envs_with_a_real_agent_and_summarizer(server, work):
     assert done, 'no episode finished'
     steps = [s for r in recs for s in r.trajectory.steps if s.kind == 'search']
     live = [s for s in steps if s.meta.get('by') == 'agent']
-    assert len(live) >= 3 and all(s.usage.input_tokens > 0 for s in live)      # every live step was a model call through the tools
+    assert len(live) >= 3 and all(s.usage.input_tokens > 0 for s in live)      # every live step was a model call (the reset is the harness's)
     events = [s.meta['context']['condensation_event'] for s in steps if s.meta['context'].get('condensation_event')]
     assert all(e['summarization_model'] == ALIAS for e in events), events
     sc = ResultsStore(st).scores()
