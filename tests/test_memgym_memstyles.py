@@ -8,11 +8,7 @@ from memlab.protocols.memgym import strategies as S
 
 NEW = ['memorybank-notes', 'lightmem-notes', 'simplemem-notes', 'adaptive-budget']
 SYS = {'role': 'system', 'content': 'You are a research agent.'}
-u = lambda t: {'role': 'user', 'content': t}
-a = lambda t: {'role': 'assistant', 'content': t}
-call = lambda *ids: {'role': 'assistant', 'content': '', 'tool_calls': [
-    {'id': x, 'type': 'function', 'function': {'name': 'run', 'arguments': '{}'}} for x in ids]}
-res = lambda x, t: {'role': 'tool', 'tool_call_id': x, 'content': t}
+from test_memgym_strategies import u, a, call, res   # the message builders of the older strategies' tests
 FILLER = [u(f'Weather report {i}: the sky over the harbor is grey and the wind blows east.') for i in range(14)]
 HT = [SYS, u('Task: find what broke the Orion build.')]
 for i in range(14):
