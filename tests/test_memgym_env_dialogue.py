@@ -1,6 +1,6 @@
 """The tool-agent-user dialogue environment (issue 26 §3, the tau2-bench shape): tasks, the scripted user's memory, the
 database verdict, the offline agent's window, and seed 004's three-condition ablation through the episode loop."""
-import json
+import json, re
 import pytest
 from memlab.protocols.memgym.contract import make_manager, api_valid, count_tokens
 from memlab.protocols.memgym.envs.contract import ENVS, AGENTS, make_action, action_messages
@@ -154,3 +154,21 @@ def test_tight_window_hits_the_step_ceiling():
     t = dialogue_tasks(1, seed=0)[0]
     r, steps, trunc, _ = _drive(t, 'none', S, window=250)
     assert (r, steps, trunc) == (0.0, 40, True)
+
+
+def test_agent_searches_again_when_the_result_it_reads_was_masked_or_garbled():
+    """A search result the agent cannot read (observation masking replaced it; a perturbed view garbled a value) is no crash:
+    found by the gate's corpus builder, where `run_episode` under observation-masking raised `min() arg is an empty sequence`
+    and a fork of a perturbed view `'<' not supported between NoneType and float`."""
+    env = DialogueEnv()
+    obs, _ = env.reset(seed=4, options={'domain': 'retail'})
+    ctx = [{'role': 'user', 'content': obs}]
+    ctx += action_messages(make_action('respond', content='Noted.'), env.task['constraints'][0]['text'], 1)
+    masked = ctx + action_messages(make_action('search_products'), '<MASKED: observation too old>', 2)
+    a = OfflineDialogueAgent().act(masked, env.tools).action
+    assert a == make_action('search_products'), a                   # it looks again instead of proposing from nothing
+    result = env.step(make_action('search_products'))[0]
+    field = env.task['constraints'][0]['field']
+    garbled = re.sub(rf'{field}=\S+', f'{field}=___', result, count=1)   # one row's value blanked, as a perturbation may leave it
+    a = OfflineDialogueAgent().act(ctx + action_messages(make_action('search_products'), garbled, 2), env.tools).action
+    assert a['name'] == 'respond' and 'I suggest' in a['arguments']['content'], a

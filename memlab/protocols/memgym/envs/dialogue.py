@@ -317,8 +317,8 @@ class OfflineDialogueAgent(Agent):
         return out
     def choose(self, rows: list[dict], cons: dict) -> dict:
         "The cheapest row meeting every constraint (fewest broken first when none does)."
-        broken = lambda r: sum(f in r and (r[f] > v if k == 'max' else r[f] < v) for f, (k, v) in cons.items())
-        return min(rows, key=lambda r: (broken(r), r.get('price', 0)))
+        broken = lambda r: sum(r.get(f) is not None and (r[f] > v if k == 'max' else r[f] < v) for f, (k, v) in cons.items())   # an unreadable value breaks nothing it can see
+        return min(rows, key=lambda r: (broken(r), r.get('price') or 0))
     def _lookup(self, text: str, tools: list[dict]) -> Optional[dict]:
         "The lookup tool the request asks for, with its arguments found in the request (None: none fits)."
         best, score = None, 0
@@ -345,7 +345,7 @@ class OfflineDialogueAgent(Agent):
         last = view[-1]
         if last.get('role') == 'tool':
             name = _call(view[-2]) if len(view) > 1 else None
-            if name == search: return self._propose(view, len(view) - 1, commit)
+            if name == search: return self._propose(view, len(view) - 1, commit, search)
             if commit and name == commit['name']: return say(f'{_text(last)} Is there anything else?')
             return say(f'Here is what I found: {_text(last)}')
         if len(view) == 1: return say('Hello! How can I help you today?')
@@ -358,12 +358,13 @@ class OfflineDialogueAgent(Agent):
         wants = commit and _words(commit['name'].split('_')[0]) & _words(text)
         if wants or _NO.search(text):
             i = max((k for k, m in enumerate(view) if m.get('role') == 'assistant' and _call(m) == search), default=None)
-            if i is not None and i + 1 < len(view) and view[i + 1].get('role') == 'tool': return self._propose(view, i + 1, commit)
+            if i is not None and i + 1 < len(view) and view[i + 1].get('role') == 'tool': return self._propose(view, i + 1, commit, search)
             return AgentAction(make_action(search))
         return say('Noted. Anything else?')
-    def _propose(self, view: list[dict], k: int, commit: Optional[dict]) -> AgentAction:
+    def _propose(self, view: list[dict], k: int, commit: Optional[dict], search: str) -> AgentAction:
         "Propose the choice among the search result `view[k]` under the constraints in view; commit it at once if the user's last word was yes."
         rows = parse_options(_text(view[k]))
+        if not rows: return AgentAction(make_action(search))          # a result it cannot read (masked, garbled): look again
         fields = sorted({f for r in rows for f in r} - {'id'})
         pick = self.choose(rows, self.constraints(view, fields))
         said = [m for m in view[:k] if m.get('role') == 'user' and not _text(m).startswith('[')]
