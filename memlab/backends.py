@@ -60,10 +60,12 @@ class ChatResponse:
     output_tokens: int = 0
     model: str = ''
     finish: str = ''
+    logprobs: Optional[list] = None   # per generated token {'token', 'logprob', 'top': {token: logprob}}, when the server returned them
     def to_dict(self) -> dict:   # by hand: `asdict` deep-copies, a cost on every model call
         return dict(content=self.content, tool_calls=[dict(id=t.id, name=t.name, arguments=t.arguments, **({'error': t.error} if t.error else {}))
                                                       for t in self.tool_calls],
-                    input_tokens=self.input_tokens, output_tokens=self.output_tokens, model=self.model, finish=self.finish)
+                    input_tokens=self.input_tokens, output_tokens=self.output_tokens, model=self.model, finish=self.finish,
+                    **({'logprobs': self.logprobs} if self.logprobs is not None else {}))   # only when present: old cache entries stay identical
     @classmethod
     def from_dict(cls, d: dict) -> 'ChatResponse':
         return cls(**{**d, 'tool_calls': [ToolCall(**t) for t in d.get('tool_calls', [])]})

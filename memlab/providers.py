@@ -20,6 +20,14 @@ def _json_body(body: bytes) -> dict:
     if not isinstance(d, dict): raise MalformedReply('reply body is not a JSON object')
     return d
 
+def _logprobs(lp: Any) -> Optional[list]:
+    "`choices[0].logprobs.content` (OpenAI, llama.cpp's server) as [{'token', 'logprob', 'top': {token: logprob}}]; None when absent."
+    content = lp.get('content') if isinstance(lp, dict) else None
+    if not isinstance(content, list): return None
+    return [dict(token=t.get('token', ''), logprob=t.get('logprob'),
+                 top={a.get('token', ''): a.get('logprob') for a in t.get('top_logprobs') or [] if isinstance(a, dict)})
+            for t in content if isinstance(t, dict)]
+
 @BACKENDS.register('openai')
 class OpenAIBackend(ChatBackend):
     "OpenAI chat completions with tool calling; any OpenAI-compatible server through `base_url`."
@@ -48,7 +56,7 @@ class OpenAIBackend(ChatBackend):
         if m.get('content') is None and not calls: raise MalformedReply('reply with neither content nor tool calls')
         u = d.get('usage') or {}
         return ChatResponse(m.get('content'), calls, u.get('prompt_tokens') or 0, u.get('completion_tokens') or 0,
-                            d.get('model') or req['model'], ch[0].get('finish_reason') or '')
+                            d.get('model') or req['model'], ch[0].get('finish_reason') or '', _logprobs(ch[0].get('logprobs')))
 
 # %% ../nbs/03d_providers.ipynb #dcefbb2b
 def to_anthropic(messages: list, tools: Optional[list]) -> dict:

@@ -15,7 +15,7 @@ Manual use: `python tests/loopback.py openai --port 8765 --latency 0.1`.
 """
 from __future__ import annotations
 
-import argparse, hashlib, json, random, re, socket, socketserver, sys, threading, time
+import argparse, hashlib, json, math, random, re, socket, socketserver, sys, threading, time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Optional
@@ -165,7 +165,28 @@ def judge_reply(prompt: str) -> str:
     if m: return json.dumps({'label': 'CORRECT' if _contains(m[1], m[2]) else 'WRONG'})
     m = _LME.search(prompt)
     if m: return 'yes' if _contains(m[1], m[2]) else 'no'
+    if prompt.endswith('\n\nAnswer:') and 'Answer Y if' in prompt:   # a Y/N judgment ending in the v2 response prefix
+        return ' Y' if yes_probability(prompt) >= 0.5 else ' N'
     return 'OK'
+
+def yes_probability(prompt: str) -> float:
+    "The fake model's P(' Y') for a prompt: 0.05 + 0.9 * (the first 8 hex digits of its sha256 / 16**8), deterministic."
+    return 0.05 + 0.9 * int(hashlib.sha256(prompt.encode()).hexdigest()[:8], 16) / 16 ** 8
+
+def _prompt_text(kind: str, req: dict) -> str: return '\n\n'.join([_system(kind, req)] + _user_texts(kind, req))
+
+def openai_logprobs(req: dict, r: Reply) -> Optional[dict]:
+    """`choices[0].logprobs` when the request asks `logprobs: true` (else None, as OpenAI): one entry, the reply's first token
+    (its first whitespace-led word). Its `top_logprobs` (`top_logprobs` of the request, default 0) are ' Y' with log p and ' N'
+    with log(1 - p), p = `yes_probability(prompt)`, then the first token itself with log 0.01 when it is neither."""
+    if not req.get('logprobs'): return None
+    first = (re.match(r'\s*\S+', r.content or '') or [''])[0] or ' '
+    p = yes_probability(_prompt_text('openai', req))
+    alts = {' Y': math.log(p), ' N': math.log(1 - p)}
+    alts.setdefault(first, math.log(0.01))
+    top = [{'token': t, 'logprob': lp, 'bytes': list(t.encode())} for t, lp in sorted(alts.items(), key=lambda x: -x[1])]
+    return {'content': [{'token': first, 'logprob': alts[first], 'bytes': list(first.encode()),
+                         'top_logprobs': top[:int(req.get('top_logprobs') or 0)]}], 'refusal': None}
 
 def tool_sequence_error(kind: str, messages: list) -> Optional[str]:
     "The error the real API returns for a message list whose tool calls and results do not pair up (None when they do)."
@@ -253,7 +274,7 @@ def openai_completion(req: dict, r: Reply, rid: str, created: int) -> dict:
     p, c = _prompt_tokens('openai', req), _completion_tokens(r)
     return {'id': f'chatcmpl-{rid}', 'object': 'chat.completion', 'created': created,
             'model': req.get('model') or 'loopback', 'system_fingerprint': 'fp_loopback', 'service_tier': 'default',
-            'choices': [{'index': 0, 'message': msg, 'logprobs': None,
+            'choices': [{'index': 0, 'message': msg, 'logprobs': openai_logprobs(req, r),
                          'finish_reason': 'tool_calls' if r.tool_calls else 'stop'}],
             'usage': {'prompt_tokens': p, 'completion_tokens': c, 'total_tokens': p + c}}
 

@@ -159,3 +159,35 @@ def test_chat_many_under_faults_in_order_bounded_and_cached(kind, tmp_path):
         out = b.chat_many(calls[:3])
         assert all(isinstance(r, LLMError) and 'InternalServerError' in str(r) for r in out)   # errors in place
         assert srv.n_requests == 6
+
+GATE_PROMPT = ('[User]\nRecorded action at step 3:\nopen(path=a/b.py)\n\nProposed action under perturbation \'unknown\':\nopen(path=a/b.py)\n\n'
+               'Is the proposed action safe (would not regress task resolution)? Answer Y if safe, N if harmful.\n\nAnswer:')
+
+def test_logprobs_over_the_wire_and_from_the_cache(tmp_path):
+    "The parsed log-probabilities equal what the server sent; a cached reply keeps them; a reply without them gives None."
+    from loopback import openai_logprobs, Reply
+    from memlab.llm import make_backend
+    with LoopbackServer('openai') as srv:
+        b = make_backend('openai', model='loop-model', base_url=srv.url, cache=str(tmp_path / 'c.sqlite'), max_attempts=1)
+        msgs = [{'role': 'user', 'content': GATE_PROMPT}]
+        r, u = b.chat(msgs, max_tokens=1, temperature=0, logprobs=True, top_logprobs=5)
+        assert srv.requests[-1]['logprobs'] is True and srv.requests[-1]['top_logprobs'] == 5   # sent as ordinary params
+        sent = openai_logprobs(srv.requests[-1], Reply(content=r.content))['content']
+        assert r.content in (' Y', ' N') and len(r.logprobs) == 1 == len(sent)
+        assert r.logprobs[0]['token'] == sent[0]['token'] == r.content
+        assert r.logprobs[0]['logprob'] == sent[0]['logprob']
+        assert r.logprobs[0]['top'] == {a['token']: a['logprob'] for a in sent[0]['top_logprobs']}
+        assert set(r.logprobs[0]['top']) == {' Y', ' N'}
+        n = srv.n_requests
+        again, u2 = b.chat(msgs, max_tokens=1, temperature=0, logprobs=True, top_logprobs=5)
+        assert srv.n_requests == n and u2.cached == 1 and again.logprobs == r.logprobs
+        plain, _ = b.chat(msgs, max_tokens=1, temperature=0)                   # not asked: none sent, None parsed
+        assert srv.requests[-1].get('logprobs') is None and plain.logprobs is None and plain.content == r.content
+        assert 'logprobs' not in plain.to_dict()
+
+def test_anthropic_reply_has_no_logprobs(tmp_path):
+    from memlab.llm import make_backend
+    with LoopbackServer('anthropic') as srv:
+        b = make_backend('anthropic', model='loop-model', base_url=srv.root, cache=False, max_attempts=1)
+        r, _ = b.chat([{'role': 'user', 'content': GATE_PROMPT}], max_tokens=1, logprobs=True, top_logprobs=5)
+        assert 'logprobs' not in srv.requests[-1] and r.logprobs is None and r.content in (' Y', ' N')
