@@ -8,6 +8,7 @@ The model is tiny: answers are mostly wrong and some tool calls malformed; these
 """
 import json, os, subprocess, sys, time
 from pathlib import Path
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -247,3 +248,29 @@ def test_the_key_appears_nowhere(work):
     "Runs above used OPENAI_API_KEY=SECRET: not in stores, the cache, notebook outputs or logs."
     hits = [p for p in work.rglob('*') if p.is_file() and SECRET.encode() in p.read_bytes()]
     assert not hits, hits
+
+
+def test_memgym_gate_llm_gate_and_judge_read_a_real_server(server, work, monkeypatch):
+    """MemGym III: the LLM gate asks the real model Y/N on the v2 prompt of a few compression events and reads P(SAFE) from
+    llama.cpp's token log-probabilities (the tiny model may put neither label among its top alternatives: then the parsed
+    reply, or NaN, counted); the judge label over the forgotten content is a verdict or None with the reply kept."""
+    monkeypatch.setenv('OPENAI_API_KEY', SECRET); monkeypatch.setenv('MEMLAB_CACHE', str(work / 'gate-cache.sqlite'))
+    from memlab.llm import make_backend
+    from memlab.protocols.memgym.gate.labels import build_corpus, judge_label
+    from memlab.protocols.memgym.gate.gates import LLMGate
+    evs, _, _ = build_corpus('dialogue', ('llm-summarizing',), n=1, seed=0, sources=('outcome',), progress=False)
+    evs = sorted(evs, key=lambda e: sum(len(str(m.get('content', ''))) for m in e.compressed))[:4]   # the shortest prompts: CPU seconds
+    n0 = server.n_chat()
+    spec = dict(name='openai', model=ALIAS, base_url=server.url, timeout=TIMEOUT)
+    gate = LLMGate(spec, top_logprobs=20)
+    p = gate.score(evs)
+    info = gate.info()
+    assert info['n_calls'] == 4 and server.n_chat() - n0 == 4
+    assert info['n_logprobs'] + info['n_bounded'] + info['n_fallback'] + info['n_unparseable'] == 4
+    assert info['n_logprobs'] + info['n_bounded'] >= 1, info              # llama.cpp returned log-probabilities carrying a label
+    ok = p[~np.isnan(p)]
+    assert len(ok) >= 1 and ((ok >= 0) & (ok <= 1)).all() and info['input_tokens'] > 0
+    assert LLMGate(spec).score(evs).tolist() == pytest.approx(p.tolist(), nan_ok=True) and server.n_chat() - n0 == 4   # cached
+    lab, why = judge_label(evs[0], make_backend(**spec), max_tokens=4)
+    assert lab in (0, 1, None) and why and server.n_chat() - n0 == 5
+    assert SECRET not in json.dumps(info) + why

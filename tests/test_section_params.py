@@ -56,6 +56,11 @@ CASES.update({
                                                              "ablation_envs: [dialogue]\nreplay_envs: []\n"
                                                              "env_settings: {dialogue: {window_tokens: null, env_args: {user_window_tokens: null}}}\nn_resamples: 50"),
 })
+CASES.update({
+    'memgym-gate-defaults': ('memgym_gate', ''),
+    'memgym-gate-construction-labels': ('memgym_gate', "label_source: construction\ngates: [heuristic]\nood_strategies: [sliding-window]\n"
+                                                       "n_tasks: 3\nn_boot: 50"),
+})
 SUBTLE_EXCERPT = ROOT.parent / 'shared' / 'fixtures' / 'subtlememory'   # real format (may be absent)
 if SUBTLE_EXCERPT.exists():
     CASES['subtlememory-real-excerpt'] = ('subtlememory', f"dataset: released\ndata_path: {SUBTLE_EXCERPT}\nk: 5\nn_resamples: 50")
@@ -263,3 +268,24 @@ def test_memgym_envs_gain_vanishes_when_nothing_is_forgotten(runs):
     assert t5.loc['none', 'resolved'] == t5.loc['none', 'n'] and (t5['delta_pp'] <= 0).all(), t5
     ab = pd.read_csv(res / 'ablation_dialogue.csv')
     assert (ab['gain'] <= 0).all(), ab
+
+
+def test_default_offline_memgym_gate_run_ranks_events_by_what_the_fork_needs(runs):
+    """Seed 004's gate on the default offline run (checked here, never in the notebook). Labels are episode outcomes: each
+    counterpart's episode forked at its compaction and continued live from the perturbed view. Both offline gates rank the
+    IID split above chance (the heuristic: the share of the values the later trajectory uses that survive; its control, in
+    tests/test_memgym_gate_gates.py, is another task's future and no future, under which it falls to 0.65 and 0.50)."""
+    _, res, _ = runs['memgym-gate-defaults']
+    t3 = pd.read_csv(res / 'table3_gate.csv').set_index(['gate', 'axis'])
+    for g in ('heuristic', 'sklearn'):         # 77 events of 4 episodes: a point estimate (its interval needs 10 episodes: refused, noted)
+        assert t3.loc[(g, 'iid'), 'auroc'] > 0.6 and 'too few' in t3.loc[(g, 'iid'), 'note'], t3.loc[g]
+    co = pd.read_csv(res / 'corpus.csv').set_index('split')
+    assert 0 < co.loc['iid', 'harmful'] < co.loc['iid', 'events'], co      # outcome labels: counterparts may stay SAFE
+    assert (res / 'training_curve.csv').exists() and (res / 'online.csv').exists()
+
+
+def test_memgym_gate_construction_labels_are_the_repository_rule(runs):
+    "label_source: construction (the repository's rule): exactly the originals are SAFE, every counterpart HARMFUL."
+    _, res, _ = runs['memgym-gate-construction-labels']
+    co = pd.read_csv(res / 'corpus.csv')
+    assert (co['events'] - co['harmful'] == co['originals']).all() and (co['harmful'] == co['counterparts']).all(), co

@@ -293,7 +293,7 @@ class CodingEnv(Environment):
         self.domain, self.runs, self.paths = self.spec['bug']['kind'], dict(real=0, cached=0), set(self.spec['files'])
         obs = (f"Issue: {self.spec['issue']}\n\nThe repository is checked out in your working directory (package `pkg/`, tests in "
                "`tests/`). Use the tools to find and fix the bug, then call submit.")
-        return obs, dict(domain=self.domain, files=len(self.spec['files']))
+        return obs, dict(domain=self.domain, family=self.spec['bug']['family'], files=len(self.spec['files']))   # family: the package the task generated (a split group)
 
     def step(self, action: dict) -> tuple[str, float, bool, bool, dict]:
         name, args = action.get('name', ''), dict(action.get('arguments') or {})
