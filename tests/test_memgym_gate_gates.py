@@ -7,7 +7,7 @@ import pytest
 from loopback import LoopbackServer, yes_probability
 from memlab.protocols.memgym.gate.events import CompressionEvent
 from memlab.protocols.memgym.gate.gates import (GATES, make_gate, LLMGate, HeuristicGate, SklearnGate, Gated, gate_prompt,
-                                                capped_class_weights, training_curve, scrubbed, survival, FEATURES, feature_matrix,
+                                                capped_class_weights, training_curve, scrubbed, survival, FEATURES, feature_matrix, event_features,
                                                 gate_effect)
 from memlab.protocols.memgym.contract import MANAGERS, make_manager
 import memlab.protocols.memgym.strategies  # noqa: F401  registers the strategies
@@ -172,3 +172,13 @@ def test_heuristic_ranking_comes_from_what_this_trajectory_later_uses():
     other = auroc(y, g.score([dataclasses.replace(e, future=fut[tasks[(tasks.index(e.task_id) + 1) % len(tasks)]]) for e in evs]))
     assert own > 0.65 and own > other + 0.03, (own, other)
     assert auroc(y, make_gate({'name': 'heuristic', 'horizon': 0}).score(evs)) == 0.5
+
+
+def test_features_do_not_read_how_long_the_parent_episode_ran():
+    """A failed episode runs to its step limit, so the length of an event's recorded future (and how many values it uses)
+    tells the parent's outcome, which is the original event's label: the trained gate must not see it. Repeating the same
+    future actions changes no feature."""
+    ev, _ = corpus(20)
+    for e in ev[:5]:
+        longer = dataclasses.replace(e, future=list(e.future) * 3 + [{'name': 'respond', 'arguments': {}}] * 10)
+        assert event_features(longer) == event_features(e), [k for k in FEATURES if event_features(longer)[k] != event_features(e)[k]]

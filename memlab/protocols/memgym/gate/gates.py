@@ -133,10 +133,9 @@ def event_features(event: CompressionEvent # a compression event
              messages_before=len(event.context_before), messages_after=len(event.compressed), forgotten=len(event.forgotten),
              forgotten_share=len(event.forgotten) / max(1, len(event.context_before)), summary_tokens=count_tokens(event.summary or ''),
              has_summary=float(any(content_text(m).startswith('[Summary]') for m in event.compressed) or bool(event.summary)),
-             action_values_kept=_share((len(vals), sum(any(occurs(v, t) for t in after) for v in vals))),
-             future_actions=len(event.future))
+             action_values_kept=_share((len(vals), sum(any(occurs(v, t) for t in after) for v in vals))))
     for k in ('all', 'paths', 'numbers', 'identifiers', 'values'):
-        f[f'survive_{k}'] = _share(sv[k]); f[f'used_{k}'] = sv[k][0]
+        f[f'survive_{k}'] = _share(sv[k])   # shares only: how long the parent ran (its future's length, the counts it uses) tells its outcome, not the compression
     return f
 
 FEATURES = tuple(event_features(CompressionEvent('', '', '', '', '', 0, [], [], {}, [])))   # their order
