@@ -8,7 +8,7 @@ from memlab.protocols.memgym.protocol import (memgym_dr_dataset, memgym_codeqa_d
 
 STRATEGIES = ['none', 'sliding-window', 'observation-masking', 'llm-summarizing', 'structured-summary', 'bm25-notes', 'dense-notes',
               'amem-notes', 'pipeline', 'ir-summarizing', 'ir-structured', 'memorybank-notes', 'lightmem-notes', 'simplemem-notes',
-              'adaptive-budget']
+              'adaptive-budget', 'gated']
 
 
 def _spec(name):

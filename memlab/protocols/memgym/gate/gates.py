@@ -299,12 +299,12 @@ class Gated(ContextManager):
                  gate: Any=None, # the gate: {'name': ..., **settings} or a Gate; None: the heuristic
                  threshold: float=0.5, # t*: a compaction stands iff P(SAFE) > threshold
                  tail: int=2, # recent messages taken as the online "later trajectory"
-                 max_tokens: int=32_000 # recorded (the base holds its own trigger)
+                 **settings # the base strategy's settings where its spec leaves them out (its trigger: max_size, max_tokens, ...), as any strategy takes them
                 ):
-        self.base = base if isinstance(base, ContextManager) else make_manager(**dict(base or {'name': 'sliding-window'}))
+        self.base = base if isinstance(base, ContextManager) else make_manager(**{'name': 'sliding-window', **settings, **dict(base or {})})
         self.gate = make_gate(gate if gate is not None else {'name': 'heuristic'})
         self.threshold, self.tail = float(threshold), int(tail)
-        super().__init__(max_tokens=max_tokens)
+        super().__init__(max_tokens=getattr(self.base, 'max_tokens', None) or 32_000)
     def reset(self) -> None:
         super().reset(); self._view, self._seen, self.accepted, self.vetoed = [], 0, 0, 0
         if hasattr(self, 'base'): self.base.reset()
