@@ -10,7 +10,7 @@ from sklearn.metrics import roc_auc_score, average_precision_score
 from section_runner import papermill_section
 from memlab.protocols.memgym.gate.section import check_params, run_gate, table3, cohort_table, _toy_frame
 
-TINY = dict(n_tasks=3, ood_env='toy-counter', n_boot=50)      # dialogue (3 families) x rolling summary; toy counter as the other env
+TINY = dict(n_tasks=3, ood_strategies=['sliding-window'], ood_env='toy-counter', n_boot=50)      # dialogue (3 families) x rolling summary; toy counter as the other env
 
 
 @pytest.mark.parametrize('kw,msg', [
