@@ -10,7 +10,7 @@ STAMP := $(VENV)/.memlab-installed-$(EXTRAS)
 SECTIONS := $(sort $(wildcard nbs/sections/*.ipynb))
 TEST_OUT := $(abspath build/test-out)
 
-.PHONY: install test reproduce check-export check-clean nbdev-test pytest nbval refresh-notebooks test-real-model clean \
+.PHONY: install test reproduce check-export check-clean nbdev-test pytest nbval refresh-notebooks test-real-model test-systems clean \
   lab lab-notebooks
 
 # The kernel spec exactly as every notebook stores it (nbdev_clean sets display_name to the name), so that JupyterLab has
@@ -149,6 +149,23 @@ test-real-model: install $(REAL_VENV)/.installed $(REAL_GGUF)
 	@echo "running tests/test_real_model.py against SmolLM2-135M on 127.0.0.1 (six sections and the CLI: about 10 to 25 min on 2 cores)"
 	MEMLAB_REAL_PYTHON=$(abspath $(REAL_VENV))/bin/python MEMLAB_REAL_GGUF=$(abspath $(REAL_GGUF)) \
 	  $(BIN)/pytest -v -p no:cacheprovider --durations=0 tests/test_real_model.py
+
+# The real memory systems (issue 28: mem0, Graphiti, LangMem) in their own virtualenv with memlab's `mem0`, `graphiti`
+# and `langmem` extras (never core dependencies), against the loopback server: tests/test_system_*.py. In `make test`'s
+# virtualenv, which has none of these packages, those tests skip with the reason.
+SYS_VENV ?= .venv-systems
+SYS_EXTRAS := dev,mem0,graphiti,langmem
+SYS_STAMP := $(SYS_VENV)/.installed-$(SYS_EXTRAS)
+
+$(SYS_STAMP): settings.ini setup.py
+	@test -x $(SYS_VENV)/bin/python || python3 -m venv $(SYS_VENV)
+	@$(SYS_VENV)/bin/python -m pip install -q --disable-pip-version-check "$$(grep -o 'uv==[0-9.]*' settings.ini)" || true
+	$(SYS_VENV)/bin/python -m uv pip install -q --python $(SYS_VENV)/bin/python -e ".[$(SYS_EXTRAS)]" || \
+	  $(SYS_VENV)/bin/python -m pip install -q --disable-pip-version-check -e ".[$(SYS_EXTRAS)]"
+	@touch $@
+
+test-systems: $(SYS_STAMP)
+	$(SYS_VENV)/bin/pytest -q -p no:cacheprovider tests/test_system_*.py
 
 clean:
 	rm -rf build .pytest_cache
