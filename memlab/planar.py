@@ -4,15 +4,14 @@
 
 # %% ../nbs/02c_planar.ipynb #d6dbca9f
 from __future__ import annotations
-import copy, importlib.util, inspect, json, os, re
-from pathlib import Path
+import copy, re
 from typing import Optional
 from .core import Session, Evidence, PosInt, NonNegFloat, UnitFloat
 from .memory import Memory, MEMORIES, terms, readback_ids, readback_units
 from .index import BM25Index, LRUCache, session_key, term_block, top_k
 
 # %% auto #0
-__all__ = ['ITEM_CACHE', 'MEM0_INSTALLED', 'split_sentences', 'session_items', 'ItemMemory', 'Mem0Unavailable', 'Mem0Memory']
+__all__ = ['ITEM_CACHE', 'split_sentences', 'session_items', 'ItemMemory']
 
 # %% ../nbs/02c_planar.ipynb #4019e81e
 _SENT = re.compile(r'(?<=[.!?])\s+')
@@ -88,75 +87,3 @@ class ItemMemory(Memory):
             src = next((s for s in _sources(it) if s[0] in ids), None)
             if src: out.append((it['text'], src[0], src[1], {'item': j, 'mentions': it['mentions']}))
         return readback_units(out)
-
-# %% ../nbs/02c_planar.ipynb #3cad9393
-MEM0_INSTALLED = importlib.util.find_spec('mem0') is not None   # checked without importing mem0
-
-class Mem0Unavailable(RuntimeError):
-    "The real Mem0 cannot run here (not installed, or no LLM and embedder configured)."
-
-def _mem0_config(config, env='MEMLAB_MEM0_CONFIG'):
-    if config is not None: return config
-    path = os.environ.get(env)
-    if not path: raise Mem0Unavailable(f"mem0 needs an LLM and an embedder: pass config={{'llm': ..., 'embedder': ...}} "
-                                       f"(mem0 Memory.from_config) or set {env} to a JSON file holding it")
-    try: return json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e: raise Mem0Unavailable(f'{env}={path}: cannot read a JSON mem0 config: {e}') from None
-
-class Mem0Memory(Memory):
-    "Adapter for the installed `mem0ai` package (planar, agent-controlled repeated search)."
-    family, single_pass = 'planar', False
-    def __init__(self, k: PosInt=12, # returned memories per call (at most)
-                 config: Optional[dict]=None, # mem0 `Memory.from_config` dict; default: the file named by MEMLAB_MEM0_CONFIG
-                 infer: bool=True, # let Mem0's LLM extract and update facts (False stores raw messages)
-                 user_id: str='memlab' # Mem0 scope of this memory; reset() deletes everything stored under it
-                ):
-        super().__init__(k=k)
-        if not MEM0_INSTALLED: raise Mem0Unavailable('mem0 is not installed: pip install mem0ai')
-        cfg = _mem0_config(config)
-        os.environ['MEM0_TELEMETRY'] = 'False'          # read by mem0 at import time
-        from mem0 import Memory as _Mem0
-        self.infer, self.user_id, self._cfg = infer, user_id, cfg
-        self._m = _Mem0.from_config(cfg); self.reset()
-    def params(self):   # provider and model names only: no keys, no paths
-        def pick(part):
-            c = self._cfg.get(part) or {}
-            return dict(provider=c.get('provider'), model=(c.get('config') or {}).get('model'))
-        return dict(llm=pick('llm'), embedder=pick('embedder'), infer=self.infer)
-    def _scoped(self, fn, **kw):
-        ps = inspect.signature(fn).parameters
-        if 'filters' in ps and 'user_id' not in ps: kw['filters'] = {'user_id': self.user_id}
-        else: kw['user_id'] = self.user_id
-        return kw
-    def reset(self):
-        self._m.delete_all(**self._scoped(self._m.delete_all)); self.receipts = {}   # session id -> (date, ids it added or updated)
-    def add(self, session: Session):
-        msgs = [{'role': t.role, 'content': t.content} for t in session.turns]
-        res = self._m.add(msgs, user_id=self.user_id, infer=self.infer, metadata={'session_id': session.id, 'date': session.date})
-        rows = res.get('results', []) if isinstance(res, dict) else list(res or [])
-        ids = [r['id'] for r in rows if isinstance(r, dict) and r.get('event') in ('ADD', 'UPDATE') and r.get('id') is not None]
-        date, old = self.receipts.get(session.id, (session.date, []))
-        self.receipts[session.id] = (date, old + ids)
-    def readback(self, session_ids) -> list[Evidence]:
-        "Mem0's current memories the given sessions added or updated (their write receipts), once each, in write order."
-        want, seen, out = readback_ids(session_ids), set(), []
-        for sid, (date, ids) in self.receipts.items():
-            if sid not in want: continue
-            for i in ids:
-                if i in seen: continue
-                seen.add(i); row = self._m.get(i)
-                if row is not None: out.append((str(row.get('memory', '')), sid, date, {'memory_id': i}))   # None: deleted later
-        return readback_units(out)
-    def search(self, query: str, k: Optional[int]=None) -> list[Evidence]:
-        k = k or self.k; fn = self._m.search; ps = inspect.signature(fn).parameters
-        kw = self._scoped(fn, **({'top_k': k} if 'top_k' in ps else {'limit': k}))
-        res = fn(query, **kw)
-        rows = res.get('results', []) if isinstance(res, dict) else list(res or [])
-        out = []
-        for r, row in enumerate(rows[:k]):
-            md = row.get('metadata') or {}
-            out.append(Evidence(text=str(row.get('memory', '')), session_id=str(md.get('session_id', '')), rank=r,
-                                score=float(row.get('score') or 0.0), date=md.get('date')))
-        return out
-
-if MEM0_INSTALLED: MEMORIES.register('mem0')(Mem0Memory)

@@ -14,7 +14,8 @@ from memlab.synth import make_history, make_benchmark
 from memlab.memory import MEMORIES, make_memory, terms
 from memlab.agent import run_loop, make_policy, Policy, Search, Answer
 import memlab.reader  # noqa: F401  (registers the offline reader)
-from memlab.planar import ItemMemory, Mem0Unavailable, MEM0_INSTALLED
+from memlab.planar import ItemMemory
+from memlab.systems.mem0 import Mem0Unavailable, MEM0_INSTALLED
 from memlab.graph import ppr, GRAPH_CACHE, EntityGraph, extract_session, sentence_entities
 
 RETRIEVAL = sorted(n for n, c in MEMORIES.items() if getattr(c, 'family', None) in ('planar', 'hierarchical'))
@@ -326,9 +327,12 @@ def test_mem0_optional():
     if not MEM0_INSTALLED:
         assert 'mem0' not in MEMORIES
         pytest.skip('mem0ai is not installed: the optional mem0 adapter is not registered')
-    with pytest.raises(Mem0Unavailable, match='LLM and an embedder'):
-        import os
-        os.environ.pop('MEMLAB_MEM0_CONFIG', None); make_memory('mem0')
+    import os
+    saved = os.environ.pop('MEMLAB_MEM0_LLM', None)
+    try:
+        with pytest.raises(Mem0Unavailable, match='mem0 needs an LLM'): make_memory('mem0')
+    finally:
+        if saved is not None: os.environ['MEMLAB_MEM0_LLM'] = saved
 
 # ---------------------------------------------------------------- the offline reader on growing histories
 

@@ -3,7 +3,7 @@
 - for every harness memory, the snapshot served for a window searches exactly like a memory built from scratch on
   that window's prefix, and later windows never leak into an earlier window's snapshot;
 - each window ingests only the sessions the previous window did not have;
-- a memory without `snapshot()` (a plugin, Mem0) is built anew per window and never shared;
+- a memory without `snapshot()` (e.g. the Graphiti plugin) is built anew per window and never shared;
 - a run over the windows stores the same answers with and without the growing memories.
 """
 import tempfile

@@ -10,12 +10,17 @@ from memlab.core import Session, Turn, Evidence
 from memlab.memory import MEMORIES, Memory, make_memory
 import memlab.flat, memlab.planar, memlab.graph  # noqa: F401  (register their memories)
 import memlab.runner  # noqa: F401  (imports every module that registers memories)
-from memlab.planar import Mem0Memory
+from memlab.systems.mem0 import Mem0Memory
 
 # Registered memories allowed to lack readback or that cannot be built here, with the reason. Anything else that
 # is registered must implement readback and pass the round trip.
 SKIP = {
-    'mem0': 'registered only when mem0ai is installed, and needs an LLM and an embedder: covered by test_mem0_receipts_with_a_fake',
+    'graphiti': 'registered only when graphiti-core is installed, and needs an LLM server: the same round trip runs against the '
+                'loopback server in tests/test_system_graphiti.py',
+    'langmem': 'registered only when langmem is installed, and needs an LLM server: the same round trip and snapshot checks run '
+               'against the loopback server in tests/test_system_langmem.py',
+    'mem0': 'registered only when mem0ai is installed, and needs an LLM server: the same round trip and snapshot checks run '
+            'against the loopback server in tests/test_system_mem0.py (and test_mem0_receipts_with_a_fake here)',
     'memgym-context': "MemGym's context manager (family 'context-manager'), not a store: its summaries and notes are written from "
                       'several sessions at once (the condensation events record which), so it declares no per-session provenance and '
                       'a readback config with it is refused before any work (test_memgym_context_refuses_readback)',
