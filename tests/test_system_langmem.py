@@ -3,7 +3,7 @@ extraction: `Memory` inserts, `PatchDoc` updates, `RemoveDoc` deletes) over Lang
 backend talking to the loopback server. The responder answers langmem's own prompts in the tool-call format trustcall parses.
 Skipped when langmem is not installed (run with `.venv-systems/bin/python -m pytest`).
 """
-import json, os, re, socket, time
+import json, os, re, socket
 import pytest
 pytest.importorskip('langmem', reason='langmem is not installed (the langmem extra): run under .venv-systems')
 pytest.importorskip('langgraph', reason='langgraph is not installed (the langmem extra)')
@@ -127,14 +127,11 @@ def test_unreachable_server_is_an_error_naming_the_url():
     with pytest.raises(LangMemLLMError, match=re.escape(url)): m.add(said('a', 1, 'I adopted a dog named Rex.'))
     assert m.usage.calls == 0
 
-@pytest.mark.parametrize('latency', [0.0, 0.05])
-def test_construction_cost(capsys, latency):
-    "Seconds and LLM calls per session against the loopback answering after `latency` s (reported, not asserted in seconds)."
-    with LoopbackServer('openai', responder=responder, latency=latency) as srv:
-        m = memory(srv); t = time.perf_counter(); m.add_all(tr.SESSIONS); dt = time.perf_counter() - t
-    n = len(tr.SESSIONS)
-    with capsys.disabled(): print(f'\nlangmem, server latency {latency} s: {dt / n:.3f} s/session, {m.usage.calls / n:.2f} LLM calls/session, {m.usage.input_tokens / n:.0f} input tokens/session')
-    assert m.usage.calls == len(srv.requests)
+def test_construction_cost_is_counted():
+    "Every LLM call of the construction is counted (seconds: tests/benchmarks/bench_systems.py)."
+    with LoopbackServer('openai', responder=responder) as srv:
+        m = memory(srv); m.add_all(tr.SESSIONS)
+    assert m.usage.calls == len(srv.requests) > 0
 
 def test_a_run_config_names_langmem(tmp_path):
     "memlab's runner builds langmem from a run config (its `llm` as `make_backend` kwargs) and records its version."
