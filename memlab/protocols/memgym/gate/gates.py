@@ -142,7 +142,7 @@ FEATURES = tuple(event_features(CompressionEvent('', '', '', '', '', 0, [], [], 
 
 def feature_matrix(events: Sequence[CompressionEvent]) -> np.ndarray:
     "The features of each event as a row, in `FEATURES` order."
-    return np.array([[event_features(e)[k] for k in FEATURES] for e in events], dtype=float).reshape(len(events), len(FEATURES))
+    return np.array([[f[k] for k in FEATURES] for f in map(event_features, events)], dtype=float).reshape(len(events), len(FEATURES))
 
 # %% ../../../../nbs/protocols/memgym/gate/04_gates.ipynb #577fca9f
 def capped_class_weights(labels: Sequence[int], # 1 SAFE / 0 HARMFUL
