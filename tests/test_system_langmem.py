@@ -162,3 +162,25 @@ def test_snapshot_ignores_later_adds():
         assert {e.session_id for e in later} == {tr.LATER.id} and tr.SHARED in text and 'Wilhelmina' in text
         assert 'mentioned 3 times' in text and snap.search(tr.SHARED, k=1)[0].text == f'{tr.SHARED} (mentioned 2 times)'
         n = len(srv.requests); snap.add(tr.LATER); assert len(srv.requests) == n + 1 and snap.usage.calls == m.usage.calls
+
+class _Reversed:
+    "An executor that runs what is submitted to it in reverse order when the block ends (a thread pool's worst timing)."
+    def __init__(self): self.jobs = []
+    def __enter__(self): return self
+    def submit(self, fn, *a, **kw):
+        from concurrent.futures import Future
+        f = Future(); self.jobs.append((f, fn, a, kw)); return f
+    def __exit__(self, *exc):
+        for f, fn, a, kw in reversed(self.jobs): f.set_result(fn(*a, **kw))
+
+def test_thread_pool_timing_does_not_change_the_prompts(monkeypatch):
+    "langmem puts new memories through a thread pool: with the pool's jobs run in reverse the adapter sends the same requests (issue 28's flaky cache test)."
+    import langmem.knowledge.extraction as ex
+    def requests(order):
+        if order == 'reversed': monkeypatch.setattr(ex, 'get_executor_for_config', lambda config: _Reversed())
+        with LoopbackServer('openai', responder=responder) as srv:
+            m = memory(srv); m.add_all(tr.SESSIONS); m.add(tr.LATER)
+        return [json.dumps(r, sort_keys=True) for r in srv.requests], {e.text for e in m.readback([s.id for s in tr.SESSIONS + [tr.LATER]])}
+    forward, back = requests('forward'), requests('reversed')
+    assert len(forward[0]) == len(back[0]) and forward[0] == back[0]
+    assert forward[1] == back[1]

@@ -12,7 +12,7 @@ from ..index import Embedder, get_embedder
 
 # %% auto #0
 __all__ = ['LANGMEM_PACKAGES', 'LANGMEM_INSTALLED', 'langmem_installed', 'LangMemUnavailable', 'LangMemLLMError',
-           'openai_tool_choice', 'memlab_chat_model', 'store_index', 'seeded_uuid4', 'LangMemMemory']
+           'openai_tool_choice', 'memlab_chat_model', 'store_index', 'seeded_uuid4', 'write_log', 'LangMemMemory']
 
 # %% ../../nbs/systems/03_langmem.ipynb #fddbfc9f
 LANGMEM_PACKAGES = ('langmem', 'langgraph', 'langchain_core')
@@ -109,6 +109,23 @@ def seeded_uuid4(seed: str # the ids' seed (a session's id and its add count)
         try: yield
         finally: ex.uuid = uuid
 
+def write_log(store # the LangGraph store langmem should read
+             ):
+    "A LangGraph store that reads through to `store` and only logs writes (`.log`: the `PutOp`s; a delete has value None)."
+    from langgraph.store.base import BaseStore, PutOp
+    class WriteLog(BaseStore):
+        def __init__(self, store): self.store, self.log, self._lock = store, [], threading.Lock()
+        def batch(self, ops):
+            out = []
+            for op in ops:
+                if isinstance(op, PutOp):
+                    with self._lock: self.log.append(op)
+                    out.append(None)
+                else: out.append(self.store.batch([op])[0])
+            return out
+        async def abatch(self, ops): return self.batch(ops)
+    return WriteLog(store)
+
 class LangMemMemory(Memory):
     "langmem's memory store manager over LangGraph's `InMemoryStore` (planar), its model a memlab backend."
     family, single_pass = 'planar', True
@@ -142,7 +159,8 @@ class LangMemMemory(Memory):
     def _build_manager(self):
         from langmem import create_memory_store_manager
         model = memlab_chat_model(self.backend, self._count, self.max_tokens)
-        self.manager = create_memory_store_manager(model, namespace=self.namespace, store=self.store,
+        self.writes = write_log(self.store)
+        self.manager = create_memory_store_manager(model, namespace=self.namespace, store=self.writes,
                                                    enable_deletes=self.enable_deletes, query_limit=self.query_limit)
     def reset(self):
         self.namespace, self.n_adds = ('memlab', 'langmem'), 0   # fixed: langmem's prompt ids are uuid5 of (namespace, key); the store is this memory's own
@@ -161,10 +179,13 @@ class LangMemMemory(Memory):
         msgs = ([{'role': 'user', 'content': f'[Session date: {session.date}]'}] if session.date else []) + \
                [{'role': 'assistant' if t.role == 'assistant' else 'user', 'content': t.content} for t in session.turns]
         self.n_adds += 1
+        self.writes.log.clear()
         with _no_tracing(), seeded_uuid4(f'{session.id}:{self.n_adds}'): puts = self.manager.invoke({'messages': msgs})
         keys = list(dict.fromkeys(p['key'] for p in puts))
-        for p in puts:
+        for p in puts:   # in langmem's order, not its thread pool's
             self.store.put(p['namespace'], p['key'], {**p['value'], 'session_id': session.id, 'date': session.date})
+        for ns, key in sorted({(op.namespace, op.key) for op in self.writes.log if op.value is None}):
+            self.store.delete(ns, key)
         date, old = self.receipts.get(session.id, (session.date, []))
         self.receipts[session.id] = (date, old + keys)
     def _text(self, item) -> str:
