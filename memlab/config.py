@@ -27,10 +27,11 @@ SAFE_NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9._-]{0,127}')   # run and section 
 TRANSPORT_KEYS = frozenset({'timeout', 'max_attempts', 'backoff', 'backoff_max', 'retry_budget_s', 'concurrency', 'cache',   # how calls
                             'max_consecutive_failures', 'cache_max_reply_bytes', 'transport', 'api_key_env', 'local'})   # travel, not what they ask
 
-def generation_spec(policy: dict) -> dict:
-    "A policy spec without its backend's transport settings: what the config hash and rollout ids are made of."
-    b = policy.get('backend')
-    return dict(policy, backend={k: v for k, v in b.items() if k not in TRANSPORT_KEYS}) if isinstance(b, dict) else policy
+def generation_spec(spec: dict # a policy spec (its model: `backend`) or a memory spec (a memory built with a model: `llm`)
+                   ) -> dict:
+    "The spec without its model's transport settings: what the config hash and rollout ids are made of."
+    return dict(spec, **{key: {k: v for k, v in b.items() if k not in TRANSPORT_KEYS}
+                         for key in ('backend', 'llm') if isinstance(b := spec.get(key), dict)})
 
 class RunConfig(Record):
     "Everything that determines a run's rollouts; its hash is part of every rollout id."
@@ -62,6 +63,7 @@ class RunConfig(Record):
         ex = {'name', 'judge', 'judge_runs', 'checkpoint_memories'} | ({'history'} if self.history == {'name': 'default'} else set())
         d = self.model_dump(exclude=ex)
         d['policies'] = [generation_spec(p) for p in d['policies']]   # a longer timeout resumes the same run
+        d['memories'] = [generation_spec(m) for m in d['memories']]   # (the model a memory builds with, too)
         return stable_hash(d)
 
     @classmethod
@@ -144,7 +146,7 @@ def _backend_label(b: dict) -> str:
 
 def spec_name(spec: dict) -> str:
     "Readable id of a policy or memory spec: its name plus non-default arguments (a backend as its model and host)."
-    extra = ','.join(f'model={_backend_label(v)}' if k == 'backend' and isinstance(v, dict) else f'{k}={v}'
+    extra = ','.join(f'{"model" if k == "backend" else k}={_backend_label(v)}' if k in ('backend', 'llm') and isinstance(v, dict) else f'{k}={v}'
                      for k, v in sorted(spec.items()) if k != 'name')
     return spec['name'] + (f'[{extra}]' if extra else '')
 

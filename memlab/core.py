@@ -127,6 +127,7 @@ class Record(BaseModel):
         d = dict(row)
         for n in cls.nested_fields():
             if isinstance(d.get(n), str): d[n] = json.loads(d[n])
+            elif n in d and d[n] is None and cls.model_fields[n].default is not None: del d[n]   # a column older shards lack: its default
         return cls.model_validate(d)
 
 # %% ../nbs/00_core.ipynb #906a6881
@@ -212,6 +213,9 @@ class Usage(Record):
 
     def __add__(self, o: 'Usage') -> 'Usage':
         return Usage(**{k: getattr(self, k) + getattr(o, k) for k in Usage.model_fields})
+    def __sub__(self, o: 'Usage') -> 'Usage':
+        "What was used since `o` (an earlier reading of the same counter)."
+        return Usage(**{k: getattr(self, k) - getattr(o, k) for k in Usage.model_fields})
 
 # %% ../nbs/00_core.ipynb #c7ea3607
 class Step(Record):
@@ -271,6 +275,8 @@ class Rollout(Record):
     timings: dict[str, float] = Field(default_factory=dict)
     error: Optional[str] = None        # set when the rollout could not finish; never scored as wrong
     attempt: int = 0                   # 0, then 1, 2, ... when `run(retry_errors=True)` re-runs an errored rollout
+    memory_usage: Usage = Field(default_factory=Usage)  # model calls that built the unit's memory (extraction, updates): every
+                                       # rollout of a unit carries its unit's; `construction_costs` counts each unit once
 
 SCORE_LABELS = {'CORRECT', 'WRONG', 'unparsed', 'error'}   # a protocol whose judges have their own verdicts adds them
 

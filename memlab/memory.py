@@ -8,7 +8,7 @@ import copy, operator, re, threading
 from functools import lru_cache
 from typing import Literal, Optional
 import numpy as np
-from .core import Session, Evidence, Registry, count_tokens, PosInt, NonNegInt, NonNegFloat, UnitFloat
+from .core import Session, Evidence, Registry, Usage, count_tokens, PosInt, NonNegInt, NonNegFloat, UnitFloat
 
 # %% auto #0
 __all__ = ['FAMILIES', 'MEMORIES', 'HISTORIES', 'STOPWORDS', 'Memory', 'chronological', 'make_memory', 'check_parity',
@@ -24,6 +24,8 @@ class Memory:
     "Base class of the memory contract; subclasses register with `@MEMORIES.register(name)`."
     family: str = 'flat'
     single_pass: bool = True     # the agent-visible interface answers after one retrieval
+    needs_llm: bool = False      # builds itself with a model (`llm=`: extraction, updates); sections pass it their backend
+    usage: Usage = Usage()       # the model calls its construction made so far (a memory that calls a model adds to it)
     def __init__(self, k: Optional[PosInt]=12): self.k = k  # model-visible evidence units per call
     def add(self, session: Session) -> None: raise NotImplementedError
     def search(self, query: str, k: Optional[int]=None) -> list[Evidence]: raise NotImplementedError

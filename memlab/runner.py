@@ -10,30 +10,31 @@ from pathlib import Path
 from typing import Callable, Literal, Optional
 import pandas as pd
 from .redact import redact
-from .core import Instance, Session, Query, Evidence, Rollout, stable_hash, canonical_json, count_tokens, PosInt, progress_bar
+from .core import Instance, Session, Query, Evidence, Rollout, Usage, stable_hash, canonical_json, count_tokens, PosInt, progress_bar
 from .core import project_root   # re-exported: section notebooks import it from here
-from .memory import Memory, make_memory, chronological, check_parity, HISTORIES
+from .memory import Memory, MEMORIES, make_memory, chronological, check_parity, HISTORIES
 from .agent import make_policy, run_loop, arun_loop
 from .config import (SAFE_NAME, TRANSPORT_KEYS, generation_spec, RunConfig, DATASETS, default_history, EVIDENCE, validate_config,
                            DATASET_OPTIONS, check_dataset_spec, spec_name, check_instances, load_dataset)
 from .store import (StoreError, StoreWarning, ROLLOUT_KEY, SCORE_KEY, lock_holder, writer_lock, ResultsStore, check_store, PACKAGES,
                           git_commit, package_versions, dataset_hash, file_sha256, chunking_info, make_manifest, _warn, _set_aside)
 from .store import _oserror, _py   # re-exported: tests import these private helpers from here
-from .scoring import build_judge, PASS_KEY, judge_passes, score, with_question_gold, results_frame, read_hypotheses, score_hypotheses
+from .scoring import (build_judge, PASS_KEY, judge_passes, score, with_question_gold, results_frame, read_hypotheses, score_hypotheses,
+                            construction_costs)
 from .sections import hash_named, injected_params, check_access_params, checked_params, SectionParams, output_dirs
 
 # %% auto #0
 __all__ = ['PREFIX_MEMORIES', 'ANSWER_FLAGS', 'make_history', 'rollout_id', 'shared_policy', 'PrefixMemories', 'unit_memory',
-           'unit_view', 'run_unit', 'frozen_heap', 'run_units_async', 'plan_units', 'EvidenceView', 'target_units',
-           'search_setting', 'readback_setting', 'SplitHistory', 'deferred_signals', 'preflight', 'run', 'RunWarning',
-           'warn_no_tool_calls', 'error_summary', 'answer_flags', 'answer_flag_table', 'estimate', 'SAFE_NAME',
-           'TRANSPORT_KEYS', 'generation_spec', 'RunConfig', 'DATASETS', 'default_history', 'EVIDENCE',
+           'unit_view', 'MemoryBuildError', 'run_unit', 'frozen_heap', 'run_units_async', 'plan_units', 'EvidenceView',
+           'target_units', 'search_setting', 'readback_setting', 'SplitHistory', 'deferred_signals', 'preflight', 'run',
+           'RunWarning', 'warn_no_tool_calls', 'error_summary', 'answer_flags', 'answer_flag_table', 'estimate',
+           'SAFE_NAME', 'TRANSPORT_KEYS', 'generation_spec', 'RunConfig', 'DATASETS', 'default_history', 'EVIDENCE',
            'validate_config', 'DATASET_OPTIONS', 'check_dataset_spec', 'spec_name', 'check_instances', 'load_dataset',
            'StoreError', 'StoreWarning', 'ROLLOUT_KEY', 'SCORE_KEY', 'lock_holder', 'writer_lock', 'ResultsStore',
            'check_store', 'PACKAGES', 'git_commit', 'package_versions', 'dataset_hash', 'file_sha256', 'chunking_info',
            'make_manifest', 'build_judge', 'PASS_KEY', 'judge_passes', 'score', 'with_question_gold', 'results_frame',
-           'read_hypotheses', 'score_hypotheses', 'hash_named', 'injected_params', 'check_access_params',
-           'checked_params', 'SectionParams', 'output_dirs']
+           'read_hypotheses', 'score_hypotheses', 'construction_costs', 'hash_named', 'injected_params',
+           'check_access_params', 'checked_params', 'SectionParams', 'output_dirs']
 
 # %% ../nbs/07_runner.ipynb #ef1a61be
 _all_ = ['SAFE_NAME', 'TRANSPORT_KEYS', 'generation_spec', 'RunConfig', 'DATASETS', 'default_history', 'EVIDENCE', 'validate_config',
@@ -41,7 +42,7 @@ _all_ = ['SAFE_NAME', 'TRANSPORT_KEYS', 'generation_spec', 'RunConfig', 'DATASET
          'StoreError', 'StoreWarning', 'ROLLOUT_KEY', 'SCORE_KEY', 'lock_holder', 'writer_lock', 'ResultsStore', 'check_store', 'PACKAGES',
          'git_commit', 'package_versions', 'dataset_hash', 'file_sha256', 'chunking_info', 'make_manifest',
          'build_judge', 'PASS_KEY', 'judge_passes', 'score', 'with_question_gold', 'results_frame', 'read_hypotheses', 'score_hypotheses',
-         'hash_named', 'injected_params', 'check_access_params', 'checked_params', 'SectionParams', 'output_dirs']   # re-exported: importable from here as before
+         'construction_costs', 'hash_named', 'injected_params', 'check_access_params', 'checked_params', 'SectionParams', 'output_dirs']   # re-exported: importable from here as before
 
 # %% ../nbs/07_runner.ipynb #d985743b
 def make_history(spec: dict, # a config's `history`: {'name': registered builder, **its arguments}
@@ -52,7 +53,7 @@ def make_history(spec: dict, # a config's `history`: {'name': registered builder
 
 def rollout_id(cfg_hash: str, instance_id: str, query_id: str, policy: dict, memory: dict, condition: dict, sample: int) -> str:
     "Deterministic id of one rollout from its cell and config hash (a backend's transport settings left out, as from the hash)."
-    return stable_hash([cfg_hash, instance_id, query_id, generation_spec(policy), memory, condition, sample], n=24)
+    return stable_hash([cfg_hash, instance_id, query_id, generation_spec(policy), generation_spec(memory), condition, sample], n=24)
 
 _POLICY_CACHE: dict = {}
 _POLICY_LOCK = threading.Lock()
@@ -71,32 +72,37 @@ class PrefixMemories:
         self.keep, self._live, self._lock = keep, {}, threading.Lock()
     def build(self, mspec: dict, # the memory spec
               sessions: list # the unit's history
-             ) -> tuple[Memory, int]:
-        "(a memory holding `sessions`, how many of them were already ingested); memories without `snapshot()` are built anew."
+             ) -> tuple[Memory, int, Usage]:
+        "(a memory holding `sessions`, how many of them were already ingested, the model usage of ingesting the rest); memories without `snapshot()` are built anew."
         ids = [s.id for s in sessions]
         key = (canonical_json(mspec), ids[0] if ids else None)   # one growing memory per memory spec and history start
         with self._lock: mem, done = self._live.pop(key, (None, []))   # taken out: no other thread grows it meanwhile
         if mem is None or ids[:len(done)] != done: mem, done = make_memory(**mspec), []
-        mem.add_all(sessions[len(done):]); mem.prepare()      # built outside the lock: other units' memories build in parallel
+        before = mem.usage
+        try: mem.add_all(sessions[len(done):]); mem.prepare()   # built outside the lock: other units' memories build in parallel
+        except Exception as e: e.usage = mem.usage - before; raise   # the calls made before the failure (the unit's error rows keep them)
+        built = mem.usage - before                            # this unit's construction calls only: earlier units paid for the rest
         snap = mem.snapshot()
-        if snap is None: return mem, 0                        # no snapshots: this memory is the unit's alone
+        if snap is None: return mem, 0, built                 # no snapshots: this memory is the unit's alone
         with self._lock:
             self._live[key] = (mem, ids)
             while len(self._live) > self.keep: self._live.pop(next(iter(self._live)))
-        return snap, len(done)
+        return snap, len(done), built
     def clear(self):
         with self._lock: self._live.clear()
 
 PREFIX_MEMORIES = PrefixMemories()   # per process: units of one history run in order in one process (serial, threads, a worker)
 
 def unit_memory(inst: Instance, cond: dict, mspec: dict, history: Callable, memory_dir: Optional[str]=None) -> tuple:
-    "(memory holding the unit's history, ingest seconds, loaded from a checkpoint?); a history that extends the previous unit's is only topped up."
-    t = time.perf_counter()
-    if memory_dir is None: mem, _ = PREFIX_MEMORIES.build(mspec, chronological(history(inst, cond))); loaded = False
+    "(memory holding the unit's history, ingest seconds, loaded from a checkpoint?, model usage of its construction, sessions ingested); a history that extends the previous unit's is only topped up."
+    t, sessions = time.perf_counter(), history(inst, cond)
+    if memory_dir is None: mem, n_done, built = PREFIX_MEMORIES.build(mspec, chronological(sessions)); loaded = False
     else:
         from memlab.checkpoint import MemoryCheckpoint
-        ck = MemoryCheckpoint(memory_dir); mem, status = ck.get_or_build(mspec, history(inst, cond)); loaded = status == 'loaded'
-    return mem, (time.perf_counter() - t if memory_dir is None or loaded else ck.build_s), loaded   # construction only, not the save
+        ck = MemoryCheckpoint(memory_dir); mem, status = ck.get_or_build(mspec, sessions); loaded = status == 'loaded'
+        n_done, built = (len(sessions), Usage()) if loaded else (0, mem.usage)   # loaded: its calls were made by an earlier run
+    return (mem, time.perf_counter() - t if memory_dir is None or loaded else ck.build_s,   # construction only, not the save
+            loaded, built, len(sessions) - n_done)
 
 def unit_view(inst: Instance, # the unit's instance
               cond: dict, # its condition: an 'evidence' key names a registered setting (`EVIDENCE`)
@@ -108,19 +114,26 @@ def unit_view(inst: Instance, # the unit's instance
     setting, sessions = EVIDENCE.get_impl(cond['evidence']), history(inst, cond)   # a worker loads the plugins that register it
     return lambda q: setting(mem, q, inst, sessions)
 
+class MemoryBuildError(RuntimeError):
+    "A unit's memory could not be built: its rollouts are stored with this error (and retried with `retry_errors`)."
+
 class _Rollout:
     "One rollout of a unit being made: its identifiers, then its record from the loop's result or error."
-    def __init__(self, cfg: RunConfig, h: str, inst: Instance, cond: dict, mspec: dict, mem, ingest: tuple, item: tuple,
+    def __init__(self, cfg: RunConfig, h: str, inst: Instance, cond: dict, mspec: dict,
+                 mem: Optional[Memory], # None: the unit's memory could not be built (`unbuilt`)
+                 ingest: tuple, # `unit_memory`'s (seconds, loaded, model usage, sessions ingested)
+                 item: tuple,
                  view: Optional[Callable]=None # query -> what the policy searches (`unit_view`); None: the memory itself
                 ):
         qi, pi, s, attempt = item
         self.q, self.pspec, self.mem, self.sample, self.max_steps, self.ingest = inst.queries[qi], cfg.policies[pi], mem, s, cfg.max_steps, ingest
-        self.view = view
+        self.view, cls = view, type(mem) if mem is not None else MEMORIES.get_impl(mspec['name'])
         self.base = dict(rollout_id=rollout_id(h, inst.id, self.q.id, self.pspec, mspec, cond, s), run_id=cfg.name, config_hash=h,
                          section=cfg.section, dataset=cfg.dataset.get('name', cfg.dataset.get('kind', 'unnamed')),
                          instance_id=inst.id, query_id=self.q.id, qtype=self.q.qtype, question=self.q.question, gold=self.q.answers,
-                         policy=spec_name(self.pspec), policy_label='', memory=spec_name(mspec), memory_family=mem.family, k=mem.k,
-                         condition=cond, sample=s, max_steps=cfg.max_steps, attempt=attempt)
+                         policy=spec_name(self.pspec), policy_label='', memory=spec_name(mspec), memory_family=cls.family,
+                         k=mem.k if mem is not None else mspec.get('k'), condition=cond, sample=s, max_steps=cfg.max_steps, attempt=attempt,
+                         memory_usage=ingest[2])
     def searched(self):
         "What the policy searches: the memory, or the condition's evidence view of it for this query (built inside the rollout: a failure is its error)."
         return self.mem if self.view is None else self.view(self.q)
@@ -129,10 +142,19 @@ class _Rollout:
         self.t = time.perf_counter()
         pol = shared_policy(self.pspec); self.base['policy_label'] = pol.label; return pol
     def done(self, res) -> Rollout:
-        ingest_s, loaded = self.ingest
+        ingest_s, loaded, _, n_new = self.ingest
         return Rollout(**self.base, answer=res.answer, trajectory=res.trajectory, n_calls=res.n_calls, capped=res.capped,
-                       usage=res.trajectory.usage, timings=dict(ingest_s=ingest_s, ingest_loaded=float(loaded), policy_s=res.policy_s,
-                                                                memory_s=res.memory_s, total_s=time.perf_counter() - self.t))
+                       usage=res.trajectory.usage, timings=dict(ingest_s=ingest_s, ingest_loaded=float(loaded), ingest_sessions=float(n_new),
+                                                                policy_s=res.policy_s, memory_s=res.memory_s, total_s=time.perf_counter() - self.t))
+    @classmethod
+    def unbuilt(cls, cfg: RunConfig, h: str, inst: Instance, cond: dict, mspec: dict, todo: list, e: Exception, t: float) -> list[Rollout]:
+        "The unit's rollouts when its memory could not be built (a server down, a reply the system cannot parse): errors, retryable, never scored."
+        built = getattr(e, 'usage', None) or Usage()     # calls made before the failure, when the memory says
+        out = []
+        for item in todo:
+            r = cls(cfg, h, inst, cond, mspec, None, (time.perf_counter() - t, False, built, 0), item); r.t = t
+            out.append(r.failed(MemoryBuildError(f"memory {spec_name(mspec)!r} could not be built: {type(e).__name__}: {e}")))
+        return out
     def failed(self, e: Exception) -> Rollout:
         "Kept with its cause and the steps (and usage) that finished before it; never scored as wrong."
         p = getattr(e, 'partial_result', None)
@@ -156,8 +178,13 @@ def run_unit(cfg: dict, # RunConfig as a dict (picklable)
              memory_dir: Optional[str]=None # checkpoint folder: a built memory is saved there and loaded on resume
             ) -> list[Rollout]:
     "Ingest one history into one memory and run the unit's rollouts; errors are stored on their rollouts."
-    cfg = RunConfig.model_validate(cfg); h, out = cfg.config_hash, []
-    mem, *ingest = unit_memory(inst, cond, mspec, history, memory_dir)
+    cfg = RunConfig.model_validate(cfg); h, out, t = cfg.config_hash, [], time.perf_counter()
+    try: mem, *ingest = unit_memory(inst, cond, mspec, history, memory_dir)
+    except Exception as e:
+        out = _Rollout.unbuilt(cfg, h, inst, cond, mspec, todo, e, t)
+        for r in out:
+            if sink: sink(r)
+        return out
     view = unit_view(inst, cond, mem, history)
     for item in todo:
         out.append(r := _Rollout(cfg, h, inst, cond, mspec, mem, ingest, item, view).run())
@@ -204,7 +231,11 @@ def run_units_async(cfg: dict, # RunConfig as a dict
         try:
             for inst, cond, mspec, todo in units:
                 while n_out > 2 * window: take()      # memories are built only as fast as their rollouts finish
-                mem, *ingest = unit_memory(inst, cond, mspec, history, memory_dir)
+                t = time.perf_counter()
+                try: mem, *ingest = unit_memory(inst, cond, mspec, history, memory_dir)
+                except Exception as e:
+                    for r in _Rollout.unbuilt(cfg, h, inst, cond, mspec, todo, e, t): sink(r)
+                    continue
                 view = unit_view(inst, cond, mem, history)
                 rs = [_Rollout(cfg, h, inst, cond, mspec, mem, ingest, item, view) for item in todo]
                 units_running.append(asyncio.run_coroutine_threadsafe(unit(rs), loop)); n_out += len(rs)

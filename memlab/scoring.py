@@ -14,8 +14,8 @@ from .judge import make_judge, judge_many, aggregate_runs
 from .store import ResultsStore, StoreError, ROLLOUT_KEY, _py
 
 # %% auto #0
-__all__ = ['PASS_KEY', 'build_judge', 'judge_passes', 'score', 'with_question_gold', 'results_frame', 'read_hypotheses',
-           'score_hypotheses', 'official_eval_records', 'locomo_output_samples']
+__all__ = ['PASS_KEY', 'build_judge', 'judge_passes', 'score', 'with_question_gold', 'results_frame', 'construction_costs',
+           'read_hypotheses', 'score_hypotheses', 'official_eval_records', 'locomo_output_samples']
 
 # %% ../nbs/07b_scoring.ipynb #51086cd3
 def build_judge(spec: dict):
@@ -123,6 +123,30 @@ def results_frame(store: ResultsStore|str|Path, # a scored store
                          'name one: judge= (and judge_model=), or memlab report --judge (--judge-model)')
     agg = agg.drop(columns=['judge'])
     return ro.merge(agg, on='rollout_id', how='left')
+
+# %% ../nbs/07b_scoring.ipynb #359bb737
+def construction_costs(store: ResultsStore|str|Path|pd.DataFrame # a store, or its `rollouts()` frame
+                      ) -> pd.DataFrame:
+    "Per memory: what building its memories cost (each unit once): units, failed units, sessions, LLM calls, tokens, seconds, per session."
+    ro = store if isinstance(store, pd.DataFrame) else (store if isinstance(store, ResultsStore) else ResultsStore(store)).rollouts(
+        columns=['memory', 'instance_id', 'condition', 'memory_usage', 'timings', 'error'])
+    cols = ['units', 'failed_units', 'sessions', 'llm_calls', 'cached_calls', 'input_tokens', 'output_tokens', 'cost_usd',
+            'ingest_s', 's_per_session', 'calls_per_session']
+    if not len(ro): return pd.DataFrame(columns=cols).rename_axis('memory')
+    js = lambda v: json.loads(v) if isinstance(v, str) else (v or {})
+    units = ro.assign(_c=ro['condition'].map(lambda c: c if isinstance(c, str) else json.dumps(c, sort_keys=True))
+                      ).drop_duplicates(['memory', 'instance_id', '_c'])
+    u = units['memory_usage'].map(js) if 'memory_usage' in units else pd.Series([{}] * len(units), index=units.index)
+    t = units['timings'].map(js)
+    failed = units['error'].fillna('').str.startswith('MemoryBuildError')
+    df = pd.DataFrame({'memory': units['memory'], 'units': 1, 'failed_units': failed.astype(int),
+                       'sessions': t.map(lambda d: d.get('ingest_sessions', 0.0)), 'llm_calls': u.map(lambda d: d.get('calls', 0)),
+                       'cached_calls': u.map(lambda d: d.get('cached', 0)), 'input_tokens': u.map(lambda d: d.get('input_tokens', 0)),
+                       'output_tokens': u.map(lambda d: d.get('output_tokens', 0)), 'cost_usd': u.map(lambda d: d.get('cost_usd', 0.0)),
+                       'ingest_s': t.map(lambda d: d.get('ingest_s', 0.0) if not d.get('ingest_loaded') else 0.0)})
+    out = df.groupby('memory').sum()
+    n = out['sessions'].where(out['sessions'] > 0)
+    return out.assign(s_per_session=out['ingest_s'] / n, calls_per_session=out['llm_calls'] / n)[cols]
 
 # %% ../nbs/07b_scoring.ipynb #e631214c
 def read_hypotheses(path: str|Path, # JSONL / JSON list of {question_id, hypothesis}, or a LoCoMo output file

@@ -14,7 +14,7 @@ from .config import RunConfig
 
 # %% auto #0
 __all__ = ['hash_named', 'injected_params', 'check_access_params', 'checked_params', 'SectionParams', 'output_dirs',
-           'policy_specs', 'judge_spec_for', 'judged_rows', 'TableSaver']
+           'policy_specs', 'judge_spec_for', 'with_memory_llm', 'judged_rows', 'TableSaver']
 
 # %% ../nbs/07c_sections.ipynb #25078cef
 def hash_named(cfg: RunConfig, # a config whose `name` is the stem, e.g. 'walkthrough'
@@ -112,6 +112,30 @@ def judge_spec_for(judge_model: Optional[str], # None: the offline normalized ma
     if judge_model is None: return {'name': 'offline-match'}
     return {'name': 'llm-a3', 'backend': {'name': backend if backend != 'offline' else 'openai', 'model': judge_model, 'base_url': base_url,
                                           'concurrency': concurrency, 'timeout': timeout}}
+
+# %% ../nbs/07c_sections.ipynb #43b3f17c
+def with_memory_llm(specs: Sequence[dict], # memory specs
+                    backend: str, # the section's backend: 'offline' or a model backend
+                    model: Optional[str], # the model memories build themselves with; None: refused when one needs it
+                    base_url: Optional[str]=None, # an OpenAI-compatible server's URL
+                    concurrency: int=8, # model calls in flight
+                    timeout: float=60.0, # seconds per model request
+                    param: str='memories' # the section parameter named in the error
+                   ) -> list[dict]:
+    "`specs` with `llm` filled in for memories that build themselves with a model (`Memory.needs_llm`: mem0, Graphiti, LangMem) and name none."
+    from memlab.memory import MEMORIES
+    from memlab.registry import load_plugins
+    load_plugins()
+    out = []
+    for s in specs:
+        if s['name'] in MEMORIES and getattr(MEMORIES[s['name']], 'needs_llm', False) and 'llm' not in s:
+            if model is None:
+                raise ValueError(f"{param}: {s['name']!r} builds its memory with a model: set memory_model (on the section's backend, "
+                                 "or an OpenAI-compatible server at base_url when backend is 'offline')")
+            s = {**s, 'llm': {'name': backend if backend != 'offline' else 'openai', 'model': model, 'base_url': base_url,
+                              'concurrency': concurrency, 'timeout': timeout}}
+        out.append(s)
+    return out
 
 # %% ../nbs/07c_sections.ipynb #a317d041
 def judged_rows(frame: pd.DataFrame, # `results_frame` rows (`correct` missing where there is no verdict; `error`)

@@ -27,7 +27,7 @@ def seen(mem): return [[(e.text, e.session_id, round(e.score, 9)) for e in mem.s
 def test_a_window_snapshot_searches_like_a_fresh_build(name):
     pm, snaps = PrefixMemories(), []
     for inst in INSTS:
-        snap, reused = pm.build(spec(name), inst.sessions)
+        snap, reused, _ = pm.build(spec(name), inst.sessions)
         snaps.append((inst, snap, seen(snap), reused))
     for j, (inst, snap, first, reused) in enumerate(snaps):
         fresh = make_memory(**spec(name)); fresh.add_all(inst.sessions); fresh.prepare()
@@ -45,8 +45,8 @@ def test_memories_without_snapshots_are_built_anew():
     try:
         pm = PrefixMemories()
         mems = [pm.build({'name': 'no-snapshot-test'}, i.sessions) for i in INSTS[:3]]
-        assert Counting.built == 3 and [r for _, r in mems] == [0, 0, 0]
-        assert [m.sessions for m, _ in mems] == [[s.id for s in i.sessions] for i in INSTS[:3]]
+        assert Counting.built == 3 and [r for _, r, _ in mems] == [0, 0, 0]
+        assert [m.sessions for m, _, _ in mems] == [[s.id for s in i.sessions] for i in INSTS[:3]]
     finally: MEMORIES.pop('no-snapshot-test')
 
 def test_a_run_over_windows_is_the_same_with_and_without_growing_memories(tmp_path, monkeypatch):
@@ -55,7 +55,7 @@ def test_a_run_over_windows_is_the_same_with_and_without_growing_memories(tmp_pa
     a = results_frame(run(cfg, INSTS, tmp_path / 'a', progress=False))
     class Never(PrefixMemories):
         def build(self, mspec, sessions):
-            m = make_memory(**mspec); m.add_all(sessions); m.prepare(); return m, 0
+            m = make_memory(**mspec); m.add_all(sessions); m.prepare(); return m, 0, m.usage
     monkeypatch.setattr(R, 'PREFIX_MEMORIES', Never())
     b = results_frame(run(cfg, INSTS, tmp_path / 'b', progress=False))
     key = ['rollout_id', 'answer']

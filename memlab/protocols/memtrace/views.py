@@ -209,7 +209,7 @@ def reach(insts: Sequence[Instance], # the window instances
     for i in insts:
         qs = [q for q in i.queries if q.evidence and (want is None or q.id in want)]
         if not qs: continue
-        mem, _ = pm.build(retriever, i.sessions)
+        mem, *_ = pm.build(retriever, i.sessions)
         for q in qs:
             got = list(dict.fromkeys(e.session_id for e in mem.search(q.question)))
             rank = next((r for r, s in enumerate(got) if s in set(q.evidence)), None)
