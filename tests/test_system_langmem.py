@@ -184,3 +184,31 @@ def test_thread_pool_timing_does_not_change_the_prompts(monkeypatch):
     forward, back = requests('forward'), requests('reversed')
     assert len(forward[0]) == len(back[0]) and forward[0] == back[0]
     assert forward[1] == back[1]
+
+def test_memories_built_in_parallel_threads_send_what_they_send_alone(tmp_path):
+    "Each add's uuid seed is its own context's: two memories built in two threads send the same requests as built alone, and a cached re-run sends none."
+    import concurrent.futures as cf
+    def texts(srv, start): return sorted(json.dumps(r, sort_keys=True) for r in srv.requests[start:])
+    with LoopbackServer('openai', responder=responder, latency=0.02) as srv:
+        memory(srv).add_all(tr.SESSIONS); alone = texts(srv, 0)
+        n = len(srv.requests)
+        mems = [memory(srv, cache=str(tmp_path / f'c{i}.sqlite')) for i in range(2)]
+        with cf.ThreadPoolExecutor(2) as ex: list(ex.map(lambda m: m.add_all(tr.SESSIONS), mems))
+        both = texts(srv, n)
+        assert both == sorted(alone + alone)                       # each thread's prompts: exactly the lone memory's
+        n = len(srv.requests)
+        again = [memory(srv, cache=str(tmp_path / f'c{i}.sqlite')) for i in range(2)]
+        with cf.ThreadPoolExecutor(2) as ex: list(ex.map(lambda m: m.add_all(tr.SESSIONS), again))
+        assert len(srv.requests) == n and all(m.usage.cached == m.usage.calls > 0 for m in again)
+
+def test_a_failing_update_call_is_reported_with_its_cause_not_as_a_recursion_error():
+    "trustcall asks again after a failed call until LangGraph's recursion limit; the adapter raises the call's own error, naming the server."
+    def refuse_required(kind, req):
+        if req.get('tool_choice') == 'required': raise ValueError('tool_choice must be auto')   # the loopback answers HTTP 400
+        return responder(kind, req)
+    with LoopbackServer('openai', responder=refuse_required) as srv:
+        m = memory(srv)
+        m.add(said('a', 1, 'I adopted a dog named Rex.'))                 # the insert path: tool_choice auto
+        with pytest.raises(LangMemLLMError, match=re.escape(srv.url) + r'.*model calls failed; langmem then raised GraphRecursionError'):
+            m.add(said('b', 2, 'I own a red kayak.'))                     # the update path: 'required', refused
+    assert [e.session_id for e in m.readback(['a', 'b'])] == ['a'] and m.usage.calls == 1

@@ -8,6 +8,7 @@ import contextvars, datetime as dt, hashlib, importlib.metadata, importlib.util,
 from typing import Any, Optional, Union
 from ..core import Session, Evidence, Usage, PosInt
 from ..memory import Memory, MEMORIES, readback_ids, readback_units
+from .common import readback_receipts
 from ..backends import run_async
 
 # %% auto #0
@@ -110,6 +111,7 @@ def _close_graph(driver, # the memory's KuzuDriver
 class GraphitiMemory(Memory):
     "Adapter for the installed `graphiti-core` (Zep's temporal knowledge graph) on an embedded Kuzu database in a temporary directory."
     family = 'hierarchical'   # a graph memory, like memlab's own graph memories (memlab.graph)
+    needs_llm = True          # Graphiti extracts entities and facts with a model at every episode
     def __init__(self, k: PosInt=12, # facts (edges) returned per search
                  llm: Union[dict, Any]=None, # memlab backend spec {'name': 'openai', 'model': ..., 'base_url': ...} or a backend
                  embedder: Union[str, dict]='hash-embed', # memlab embedder spec (offline)
@@ -184,14 +186,10 @@ class GraphitiMemory(Memory):
     def n_units(self) -> int: return len(self._edges())
     def readback(self, session_ids) -> list[Evidence]:
         "The current facts whose episodes include the given sessions' episodes, once each, by writing session then creation."
-        want, seen, out = readback_ids(session_ids), set(), []
-        edges = self._edges()
-        for sid, (date, ep) in self.receipts.items():
-            if sid not in want: continue
-            for e in edges:
-                if ep in (e.episodes or []) and e.uuid not in seen:
-                    seen.add(e.uuid); out.append((e.fact, sid, date, {'edge': e.uuid, 'episode': ep}))
-        return readback_units(out)
+        want, edges = readback_ids(session_ids), {e.uuid: e for e in self._edges()}   # current facts, oldest first
+        wrote = {sid: (date, [u for u, e in edges.items() if ep in (e.episodes or [])])
+                 for sid, (date, ep) in self.receipts.items() if sid in want}
+        return readback_receipts(wrote, session_ids, lambda sid, u: (edges[u].fact, {'edge': u, 'episode': self.receipts[sid][1]}))
     def search(self, query: str, k: Optional[int]=None) -> list[Evidence]:
         "Graphiti's hybrid edge search (BM25 + cosine, reciprocal rank fusion): facts with their scores, sessions and validity (expired facts included, as Zep shows history)."
         from graphiti_core.search.search_config_recipes import EDGE_HYBRID_SEARCH_RRF

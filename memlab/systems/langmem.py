@@ -4,10 +4,11 @@
 
 # %% ../../nbs/systems/03_langmem.ipynb #251d4c0f
 from __future__ import annotations
-import contextlib, copy, hashlib, importlib.metadata, importlib.util, itertools, os, threading, types, uuid
+import contextlib, contextvars, copy, hashlib, importlib.metadata, importlib.util, itertools, os, threading, types, uuid
 from typing import Any, Optional, Union
 from ..core import Session, Evidence, Usage, PosInt
 from ..memory import Memory, MEMORIES, readback_ids, readback_units
+from .common import readback_receipts
 from ..index import Embedder, get_embedder
 
 # %% auto #0
@@ -44,7 +45,8 @@ def _backend_url(backend) -> str: return str(getattr(backend, 'base_url', None) 
 
 def memlab_chat_model(backend, # a memlab `ChatBackend` (`memlab.llm.make_backend(...)`)
                       on_usage, # called with the `Usage` of every call
-                      max_tokens: int=1024 # per call
+                      max_tokens: int=1024, # per call
+                      on_error=None # called with the `LangMemLLMError` of a failed call before it is raised
                      ):
     "A LangChain `BaseChatModel` whose calls go through `backend.chat` (cached, retried, counted), with `bind_tools`."
     from langchain_core.language_models.chat_models import BaseChatModel
@@ -56,6 +58,7 @@ def memlab_chat_model(backend, # a memlab `ChatBackend` (`memlab.llm.make_backen
     class MemlabChatModel(BaseChatModel):
         backend: Any
         on_usage: Any
+        on_error: Any = None
         max_tokens: int = 1024
         @property
         def _llm_type(self) -> str: return 'memlab'
@@ -64,14 +67,17 @@ def memlab_chat_model(backend, # a memlab `ChatBackend` (`memlab.llm.make_backen
         def _generate(self, messages, stop=None, run_manager=None, tools=None, tool_choice=None, **kw):
             msgs = convert_to_openai_messages(messages)
             try: r, u = self.backend.chat(messages=msgs, tools=tools or None, tool_choice=tool_choice if tools else None, max_tokens=self.max_tokens)
-            except LLMError as e: raise LangMemLLMError(f'langmem model call to {_backend_url(self.backend)} failed: {e}') from e
+            except LLMError as e:
+                err = LangMemLLMError(f'langmem model call to {_backend_url(self.backend)} failed: {e}')
+                if self.on_error: self.on_error(err)
+                raise err from e
             self.on_usage(u)
             calls = [dict(name=t.name, args=t.arguments, id=t.id, type='tool_call') for t in r.tool_calls]
             msg = AIMessage(content=r.content or '', tool_calls=calls,
                             usage_metadata=dict(input_tokens=r.input_tokens, output_tokens=r.output_tokens,
                                                 total_tokens=r.input_tokens + r.output_tokens))
             return ChatResult(generations=[ChatGeneration(message=msg)])
-    return MemlabChatModel(backend=backend, on_usage=on_usage, max_tokens=max_tokens)
+    return MemlabChatModel(backend=backend, on_usage=on_usage, on_error=on_error, max_tokens=max_tokens)
 
 # %% ../../nbs/systems/03_langmem.ipynb #cfae2bf9
 def store_index(embedder: Embedder # memlab's embedder (`get_embedder('hash-embed')`, MiniLM, ...)
@@ -94,20 +100,31 @@ def _no_tracing():
             if v is None: os.environ.pop(k, None)
             else: os.environ[k] = v
 
-_UUID_LOCK = threading.Lock()
+_SEED = contextvars.ContextVar('memlab_langmem_uuid_seed', default=None)   # (seed, counter) of the add running in this context
+_SHIM_LOCK = threading.Lock()
+
+def _seeded_or_random_uuid4():
+    "A `uuid4` drawn from the running add's seed; outside a memlab add, a random one (langmem's own behaviour)."
+    s = _SEED.get()
+    if s is None: return uuid.uuid4()
+    seed, n = s
+    return uuid.UUID(bytes=hashlib.sha256(f'{seed}:{next(n)}'.encode()).digest()[:16], version=4)
+
+def _install_uuid_shim():
+    "langmem's extraction module sees a `uuid` whose `uuid4` is `_seeded_or_random_uuid4` (installed once; other uses unchanged)."
+    import langmem.knowledge.extraction as ex
+    with _SHIM_LOCK:
+        if getattr(ex.uuid, 'memlab_shim', False): return
+        ex.uuid = types.SimpleNamespace(**{k: getattr(uuid, k) for k in ('UUID', 'uuid5', 'NAMESPACE_DNS')},
+                                        uuid4=_seeded_or_random_uuid4, memlab_shim=True)
 
 @contextlib.contextmanager
 def seeded_uuid4(seed: str # the ids' seed (a session's id and its add count)
                 ):
     "While the block runs, langmem's extraction draws its `uuid4` ids (the prompt's session tag, new memories' keys) from `seed`: same adds, same prompts, so memlab's response cache hits."
-    import langmem.knowledge.extraction as ex
-    n = itertools.count()
-    def uuid4(): return uuid.UUID(bytes=hashlib.sha256(f'{seed}:{next(n)}'.encode()).digest()[:16], version=4)
-    shim = types.SimpleNamespace(**{k: getattr(uuid, k) for k in ('UUID', 'uuid5', 'NAMESPACE_DNS')}, uuid4=uuid4)
-    with _UUID_LOCK:   # a module global: one langmem add at a time in this process
-        ex.uuid = shim
-        try: yield
-        finally: ex.uuid = uuid
+    _install_uuid_shim(); token = _SEED.set((seed, itertools.count()))   # per context: adds in other threads keep their own seeds
+    try: yield
+    finally: _SEED.reset(token)
 
 def write_log(store # the LangGraph store langmem should read
              ):
@@ -129,6 +146,7 @@ def write_log(store # the LangGraph store langmem should read
 class LangMemMemory(Memory):
     "langmem's memory store manager over LangGraph's `InMemoryStore` (planar), its model a memlab backend."
     family, single_pass = 'planar', True
+    needs_llm = True          # langmem extracts, updates and deletes memories with a model at every add
     def __init__(self, k: PosInt=12, # returned memories per search
                  llm: Union[dict, Any, None]=None, # a memlab backend, or `make_backend` kwargs {'name': 'openai', 'model': ..., 'base_url': ...}
                  embedder: Union[str, dict, Embedder]='hash-embed', # memlab embedder spec
@@ -158,7 +176,7 @@ class LangMemMemory(Memory):
         return InMemoryStore(index=store_index(self.embedder))
     def _build_manager(self):
         from langmem import create_memory_store_manager
-        model = memlab_chat_model(self.backend, self._count, self.max_tokens)
+        model = memlab_chat_model(self.backend, self._count, self.max_tokens, on_error=lambda e: self._errors.append(e))
         self.writes = write_log(self.store)
         self.manager = create_memory_store_manager(model, namespace=self.namespace, store=self.writes,
                                                    enable_deletes=self.enable_deletes, query_limit=self.query_limit)
@@ -179,8 +197,13 @@ class LangMemMemory(Memory):
         msgs = ([{'role': 'user', 'content': f'[Session date: {session.date}]'}] if session.date else []) + \
                [{'role': 'assistant' if t.role == 'assistant' else 'user', 'content': t.content} for t in session.turns]
         self.n_adds += 1
-        self.writes.log.clear()
-        with _no_tracing(), seeded_uuid4(f'{session.id}:{self.n_adds}'): puts = self.manager.invoke({'messages': msgs})
+        self.writes.log.clear(); self._errors = []
+        try:
+            with _no_tracing(), seeded_uuid4(f'{session.id}:{self.n_adds}'): puts = self.manager.invoke({'messages': msgs})
+        except Exception as e:   # trustcall retries a failed call until LangGraph's recursion limit: name the call's own error
+            if not self._errors or isinstance(e, LangMemLLMError): raise
+            raise LangMemLLMError(f'{self._errors[-1]} ({len(self._errors)} model calls failed; langmem then raised '
+                                  f'{type(e).__name__})') from e
         keys = list(dict.fromkeys(p['key'] for p in puts))
         for p in puts:   # in langmem's order, not its thread pool's
             self.store.put(p['namespace'], p['key'], {**p['value'], 'session_id': session.id, 'date': session.date})
@@ -193,14 +216,10 @@ class LangMemMemory(Memory):
         return str(c.get('content', c) if isinstance(c, dict) and len(c) == 1 else c)
     def readback(self, session_ids) -> list[Evidence]:
         "The store's current items the given sessions inserted or updated, once each (first writer), in write order."
-        want, seen, out = readback_ids(session_ids), set(), []
-        for sid, (date, keys) in self.receipts.items():
-            if sid not in want: continue
-            for key in keys:
-                if key in seen: continue
-                seen.add(key); item = self.store.get(self.namespace, key)
-                if item is not None: out.append((self._text(item), sid, date, {'memory_id': key}))   # None: deleted later
-        return readback_units(out)
+        def unit(sid, key):
+            item = self.store.get(self.namespace, key)
+            return None if item is None else (self._text(item), {'memory_id': key})   # None: deleted later
+        return readback_receipts(self.receipts, session_ids, unit)
     def search(self, query: str, k: Optional[int]=None) -> list[Evidence]:
         items = self.store.search(self.namespace, query=query, limit=k or self.k)
         return [Evidence(text=self._text(it), session_id=str(it.value.get('session_id', '')), date=it.value.get('date'),

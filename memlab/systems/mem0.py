@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Optional, Union
 from ..core import Session, Evidence, PosInt, Usage
 from ..memory import Memory, MEMORIES, readback_ids, readback_units
+from .common import readback_receipts
 
 # %% auto #0
 __all__ = ['MEM0_INSTALLED', 'Mem0Unavailable', 'Mem0Memory']
@@ -94,6 +95,7 @@ def _close(m0, path):
 class Mem0Memory(Memory):
     "The installed `mem0ai` package's `Memory` (planar, agent-controlled repeated search), its LLM calls through memlab."
     family, single_pass = 'planar', False
+    needs_llm = True          # mem0 extracts facts with a model at every add
     def __init__(self, k: PosInt=12, # returned memories per call (at most)
                  llm: Union[dict, object, None]=None, # memlab backend spec {'name', 'model', 'base_url', ...} or a ChatBackend; None: $MEMLAB_MEM0_LLM
                  embedder: Union[str, dict]='hash-embed', # memlab embedder spec (offline)
@@ -168,14 +170,10 @@ class Mem0Memory(Memory):
 
     def readback(self, session_ids) -> list[Evidence]:
         "mem0's current memories the given sessions wrote (their receipts), once each, in write order."
-        want, seen, out = readback_ids(session_ids), set(), []
-        for sid, (date, ids) in self.receipts.items():
-            if sid not in want: continue
-            for i in ids:
-                if i in seen: continue
-                seen.add(i); row = self._m.get(i)
-                if row is not None: out.append((str(row.get('memory', '')), sid, date, {'memory_id': i}))   # None: deleted later
-        return readback_units(out)
+        def unit(sid, i):
+            row = self._m.get(i)
+            return None if row is None else (str(row.get('memory', '')), {'memory_id': i})   # None: deleted later
+        return readback_receipts(self.receipts, session_ids, unit)
 
     def search(self, query: str, k: Optional[int]=None) -> list[Evidence]:
         k = k or self.k

@@ -30,7 +30,10 @@ __all__ = ['AGENT_CATEGORY', 'memorize_history', 'mab_agents', 'MemorizeHistory'
 # %% ../../../nbs/protocols/mab/06_agents.ipynb #78f2df9b
 AGENT_CATEGORY = {'long-context': 'Long-Context Agent', 'bm25': 'Simple RAG Agent', 'dense': 'Embedding RAG Agent',
                   'hybrid': 'Embedding RAG Agent', 'ppr-graph': 'Structure-Augmented RAG Agent',
-                  'items': 'Agentic Memory Agent', 'entity-graph': 'Agentic Memory Agent', 'mem0': 'Agentic Memory Agent'}
+                  'items': 'Agentic Memory Agent', 'entity-graph': 'Agentic Memory Agent',
+                  'mem0': 'Structure-Augmented RAG Agent',       # Table 2 lists Mem0 there; section 2 names Zep (Graphiti) with it
+                  'graphiti': 'Structure-Augmented RAG Agent',
+                  'langmem': 'Structure-Augmented RAG Agent'}    # not in seed 001: memlab's placement (facts extracted before any query, like Mem0)
 
 def mab_agents(k: int=10, # retrieved chunks per lookup (Figure 3: 2, 5, 10)
                window_tokens: int=131072, # the long-context agent's window

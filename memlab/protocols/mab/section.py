@@ -13,7 +13,7 @@ from ...core import Instance
 from ...runner import RunConfig, hash_named, run, score, output_dirs, estimate, build_judge, load_dataset
 from .agents import mab_agents, memorize_history, mab_reader_ceiling
 from .report import mab_results, ablation as mab_ablation
-from ...sections import TableSaver
+from ...sections import TableSaver, with_memory_llm
 from ...stats import MIN_N_CI
 
 # %% auto #0
@@ -34,6 +34,8 @@ class MABSection:
     family_contexts: dict = field(default_factory=dict)   # synthetic contexts for some families only
     questions_per_context: int = 8       # synthetic questions per context (summarization: 1)
     agents: list = field(default_factory=lambda: ['long-context', 'bm25', 'dense', 'ppr-graph', 'items'])   # seed 001 §3.3
+    memory_model: Optional[str] = None   # the model that memories building themselves with one (mem0, graphiti, langmem) call;
+                                         # on the section's backend, or an OpenAI-compatible server at base_url when backend is 'offline'
     embedder: str = 'hash-embed'         # the dense agent's embedder
     window_tokens: int = 131072          # the long-context agent's window
     top_k: int = 10                      # retrieved chunks (Table 2)
@@ -56,6 +58,11 @@ class MABSection:
     out_root: Optional[str] = None       # default: $MEMLAB_OUT, else build/
 
     def __post_init__(self):
+        mm = self.memory_model                    # checked before any folder is made: one line naming the parameter
+        if mm is not None and not (isinstance(mm, str) and mm.strip()):
+            raise ValueError(f'memoryagentbench parameter memory_model: must be None or a model id, got {mm!r}')
+        try: with_memory_llm([{'name': a} for a in self.agents], self.backend, mm, param='agents')
+        except ValueError as e: raise ValueError(f'memoryagentbench parameter {e}') from None
         self.results_dir, self.figures_dir = output_dirs('memoryagentbench', self.out_root)
         self._tables = TableSaver(self.results_dir, [])   # the sections' table writer; labels given per call (`save`)
         self.saved, self.labels = self._tables.saved, []   # names of the tables written; policy labels of the main run
@@ -117,9 +124,10 @@ def memories(self: MABSection,
              k: Optional[int]=None, # retrieved chunks; None: `top_k`
              names: Optional[list]=None # agents; None: `agents`
             ) -> list[dict]:
-    "Memory specs of the agents at top-k `k`, the dense agent with the section's embedder."
-    return [dict(m, embedder=self.embedder) if m['name'] == 'dense' else m
-            for m in mab_agents(self.top_k if k is None else k, self.window_tokens, tuple(self.agents if names is None else names))]
+    "Memory specs of the agents at top-k `k`, the dense agent with the section's embedder, one built with a model with `memory_model`."
+    specs = [dict(m, embedder=self.embedder) if m['name'] == 'dense' else m
+             for m in mab_agents(self.top_k if k is None else k, self.window_tokens, tuple(self.agents if names is None else names))]
+    return with_memory_llm(specs, self.backend, self.memory_model, self.base_url, self.concurrency, self.timeout, param='agents')
 
 # %% ../../../nbs/protocols/mab/09_section.ipynb #594ea84e
 def describe_instances(instances: list[Instance] # the main run's instances

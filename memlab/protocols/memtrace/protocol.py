@@ -6,10 +6,11 @@
 from __future__ import annotations
 import os
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 from pydantic import Field, field_validator, model_validator
 from ...core import Instance, PosInt, NonNegInt
 from ...runner import DATASETS, checked_params, SectionParams
+from ...sections import with_memory_llm
 from .data import (load_halumem, synth_halumem, window_instances, KP_GROUPS, PERSONS)
 from .views import oracle_instances
 import memlab.protocols.memtrace.scoring  # noqa: F401  (registers the MemTrace judges and their labels)
@@ -102,6 +103,8 @@ class MemTraceParams(SectionParams):
     phrasing: Literal['a', 'b'] = 'a'              # the generator's statements and the probes' questions (two sets written independently)
     rewrite_model: Optional[str] = None      # a model rephrases the template questions (leakage-checked); None: templates
     memories: list[str] = Field(default_factory=lambda: ['long-context', 'bm25', 'items', 'ppr-graph'], min_length=1)
+    memory_model: Optional[Annotated[str, Field(min_length=1)]] = None   # the model that memories building themselves with one (mem0,
+                                             # graphiti, langmem) call; on the section's backend, or an OpenAI-compatible server at base_url when backend is 'offline'
     k: PosInt = 10                           # model-visible units per memory call
     window_tokens: PosInt = 1200             # the long-context memory's window: it reads the prefix until it fills
     tiers: list[str] = Field(default_factory=lambda: ['strong', 'weak'], min_length=1)   # offline reader tiers
@@ -133,6 +136,7 @@ class MemTraceParams(SectionParams):
         elif self.data_path is not None: raise ValueError(f"data_path: read only for dataset 'halumem' (dataset is 'synthetic')")
         for m in self.memories + [self.reach_retriever.get('name')]:
             if m not in MEMORIES: raise ValueError(f'memories: unknown memory {m!r}; known: {sorted(MEMORIES)}')
+        with_memory_llm([{'name': m} for m in self.memories], self.backend, self.memory_model)   # one built with a model needs memory_model
         for t in self.tiers:
             if t not in TIERS: raise ValueError(f'tiers: unknown tier {t!r}; known: {sorted(TIERS)}')
         return self

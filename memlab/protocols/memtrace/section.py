@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 import pandas as pd
 from ...core import Instance
 from ...runner import RunConfig, hash_named, run, score, results_frame, build_judge, load_dataset
-from ...sections import policy_specs
+from ...sections import policy_specs, with_memory_llm
 from .protocol import MemTraceParams
 from .views import probe_table, probe_frame, hard_failures, reach, oracle_lift
 
@@ -60,8 +60,9 @@ def judge_spec(p: MemTraceParams, # the section's checked parameters
 
 def memory_specs(p: MemTraceParams # the section's checked parameters
                 ) -> list[dict]:
-    "The memories: long context with `window_tokens`, every other memory with `k` units per call."
-    return [{'name': m, **({'window_tokens': p.window_tokens} if m == 'long-context' else {'k': p.k})} for m in p.memories]
+    "The memories: long context with `window_tokens`, every other memory with `k` units per call (one built with a model: `memory_model`)."
+    return with_memory_llm([{'name': m, **({'window_tokens': p.window_tokens} if m == 'long-context' else {'k': p.k})} for m in p.memories],
+                           p.backend, p.memory_model, p.base_url, p.concurrency, p.timeout)
 
 def run_config(p: MemTraceParams, # the section's checked parameters
                data_spec: dict # `dataset_spec`

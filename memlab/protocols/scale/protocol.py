@@ -250,7 +250,7 @@ from ...runner import injected_params   # papermill helper, in the harness (re-e
 
 SCALE_PARAMS = dict(   # the scale-ladder section's parameters and defaults, in the order of its parameters cell
     dataset='synthetic', data_path=None, pool_path=None, n_queries=30, pool_size=500, session_turns=6,
-    ladder=[0, 100, 200, 300, 400], memories=['bm25', 'items', 'ppr-graph', 'entity-graph'], k=12,
+    ladder=[0, 100, 200, 300, 400], memories=['bm25', 'items', 'ppr-graph', 'entity-graph'], memory_model=None, k=12,
     tiers=['weak', 'medium', 'strong'], backend='offline', models=['qwen3-8b'], base_url=None, concurrency=8, timeout=60.0, max_tokens=512,
     judge_model=None, budgets={'B0': 2, 'B1': 3, 'B2': 5}, alpha=0.7, max_steps=10, n_resamples=1000,
     bootstrap_unit='query', by_type=False, seed=0,
@@ -286,6 +286,7 @@ def check_params(**params):
     from memlab.memory import MEMORIES
     from memlab.reader import TIERS
     from memlab.llm import BACKENDS
+    from memlab.sections import with_memory_llm
     for n in params:
         if n in SCALE_PARAMS: continue
         if n in SCALE_PARAMS['budgets'] or (n[:1] == 'B' and n[1:].isdigit()):
@@ -314,6 +315,10 @@ def check_params(**params):
             or any(b <= a for a, b in zip(lad, lad[1:]))):
         _bad("'ladder'", f'must be one or more non-negative integers in increasing order (N_irr of s0, s1, ...), got {lad!r}')
     _names("'memories'", p['memories'], MEMORIES, 'registered memory interfaces')
+    mm = p['memory_model']
+    if mm is not None and not (isinstance(mm, str) and mm.strip()): _bad("'memory_model'", f'must be None or a model id, got {mm!r}')
+    try: with_memory_llm([{'name': m} for m in p['memories']], p['backend'], mm)   # one built with a model (mem0, graphiti, langmem) needs memory_model
+    except ValueError as e: raise ValueError(f'scale_ladder parameter {e}') from None
     _int("'k'", p['k'], 1)
     _names("'tiers'", p['tiers'], TIERS, 'reader tiers')
     if p['backend'] != 'offline' and p['backend'] not in BACKENDS:

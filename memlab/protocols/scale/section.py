@@ -58,7 +58,7 @@ def data_summary(data: LadderData # `ladder_data`
 # %% ../../../nbs/protocols/scale/04_section.ipynb #a150b543
 def ladder_config(data: LadderData, # `ladder_data`
                   policies: list[dict], # agent specs (`memlab.sections.policy_specs`)
-                  memories: Sequence[str], # registered memory interfaces
+                  memories: Sequence[str|dict], # registered memory interfaces, or their specs (`memlab.sections.with_memory_llm`'s)
                   k: int, # model-visible units per memory call
                   judge_spec: dict, # the judge (`memlab.sections.judge_spec_for`)
                   max_steps: int=10, # safety cap on memory calls per rollout
@@ -67,7 +67,8 @@ def ladder_config(data: LadderData, # `ladder_data`
                  ) -> RunConfig:
     "The section's run config: every agent x interface x scale of the ladder, named by its hash unless `run_name`."
     cfg = RunConfig(name='scale-ladder', section='scale_ladder', dataset=data.data_spec, policies=policies,
-                    memories=[{'name': m, **({'k': k} if k != 12 else {})} for m in memories], conditions=data.history.conditions(),
+                    memories=[m if isinstance(m, dict) else {'name': m, **({'k': k} if k != 12 else {})} for m in memories],
+                    conditions=data.history.conditions(),
                     max_steps=max_steps, judge=judge_spec, seed=seed, history=data.history_spec)
     return hash_named(cfg, run_name)
 

@@ -11,6 +11,7 @@ import pandas as pd
 from pydantic import Field, model_validator
 from ...core import Instance, PosInt, NonNegInt
 from ...runner import DATASETS, checked_params, SectionParams, RunConfig, results_frame
+from ...sections import with_memory_llm
 from .data import load_subtlememory, write_subtlememory
 import memlab.protocols.subtle.answer  # noqa: F401  (registers the oracle setting, the answer model and the offline reader)
 import memlab.protocols.subtle.judge   # noqa: F401  (registers the judges)
@@ -18,7 +19,7 @@ from .judge import majority_vote
 from ...store import ResultsStore
 
 # %% auto #0
-__all__ = ['PersonaName', 'PersonaCount', 'SessionCount', 'TurnCount', 'SetCount', 'Size', 'SETTINGS', 'SETTING_OF',
+__all__ = ['PersonaName', 'PersonaCount', 'SessionCount', 'TurnCount', 'SetCount', 'ModelName', 'Size', 'SETTINGS', 'SETTING_OF',
            'SUBTLE_PARAMS', 'persona_names', 'subtlememory_dataset', 'run_configs', 'query_frame', 'SubtleParams',
            'check_params']
 
@@ -28,6 +29,7 @@ PersonaCount = Annotated[int, Field(ge=1, le=10_000)]      # generator: personas
 SessionCount = Annotated[int, Field(ge=0, le=100_000)]     # generator: ordinary sessions per persona (the release: about 220)
 TurnCount = Annotated[int, Field(ge=1, le=1_000)]          # generator: turns per session
 SetCount = Annotated[int, Field(ge=1, le=1_000)]           # generator: variant sets per case
+ModelName = Annotated[str, Field(min_length=1, max_length=256)]   # a model id on a backend
 Size = Annotated[int, Field(ge=1, le=2**31 - 1)]           # k, windows, batches, output limits: any size an int32 holds
 
 def persona_names(source: str, # 'synthetic' or 'released'
@@ -118,6 +120,8 @@ class SubtleParams(SectionParams):
     n_sets: SetCount = 1                       # generator: variant sets per case (11 cases; the release: about 50 instances per persona)
     phrasing: Literal['a', 'b'] = 'a'        # generator: one of its two independently written phrasing sets
     memories: list[str] = Field(default_factory=lambda: ['long-context', 'bm25', 'dense', 'items', 'ppr-graph'], min_length=1)
+    memory_model: Optional[ModelName] = None # the model that memories building themselves with one (mem0, graphiti, langmem) call;
+                                             # on the section's backend, or an OpenAI-compatible server at base_url when backend is 'offline'
     embedder: str = 'hash-embed'             # the dense and hybrid memories' embedder (full run: all-MiniLM-L6-v2)
     k: Size = 20                           # top-k of the default setting (paper Table 9: 20)
     window_tokens: Size = 4000             # the long-context memory's window
@@ -149,13 +153,15 @@ class SubtleParams(SectionParams):
             if m not in MEMORIES: raise ValueError(f'memories: unknown memory {m!r}; known: {sorted(MEMORIES)}')
             if MEMORIES[m].readback is Memory.readback and 'perfect' in self.settings:
                 raise ValueError(f'memories: {m!r} keeps no provenance, so it cannot run the perfect-retrieval setting')
+        self.memory_specs()                 # a memory built with a model and no memory_model: one line naming both
         return self
 
     def memory_specs(self) -> list[dict]:
-        "The systems: each memory with the section's top-k (the long-context memory: its window)."
+        "The systems: each memory with the section's top-k (the long-context memory: its window; one built with a model: `memory_model`)."
         extra = lambda m: ({'window_tokens': self.window_tokens} if m == 'long-context' else
                            {'k': self.k, **({'embedder': self.embedder} if m in ('dense', 'hybrid') else {})})
-        return [{'name': m, **extra(m)} for m in self.memories]
+        return with_memory_llm([{'name': m, **extra(m)} for m in self.memories], self.backend, self.memory_model, self.base_url,
+                               self.concurrency, self.timeout)
 
 SUBTLE_PARAMS = {n: f.get_default(call_default_factory=True) for n, f in SubtleParams.model_fields.items()}
 
