@@ -26,6 +26,8 @@ class Memory:
     single_pass: bool = True     # the agent-visible interface answers after one retrieval
     needs_llm: bool = False      # builds itself with a model (`llm=`: extraction, updates); sections pass it their backend
     usage: Usage = Usage()       # the model calls its construction made so far (a memory that calls a model adds to it)
+    construction_calls: Optional[float] = None   # needs_llm: model calls per ingested session, for `estimate` (None: unknown)
+    construction_prompt_tokens: int = 0          # needs_llm: a construction prompt's own tokens (instructions, schema), beyond the session
     def __init__(self, k: Optional[PosInt]=12): self.k = k  # model-visible evidence units per call
     def add(self, session: Session) -> None: raise NotImplementedError
     def search(self, query: str, k: Optional[int]=None) -> list[Evidence]: raise NotImplementedError

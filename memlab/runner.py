@@ -512,7 +512,9 @@ def estimate(cfg: RunConfig|dict|str, # the run config
              proxy_tier: str='medium', # offline reader tier standing in for the model's search behaviour
              out_tokens: int=40 # expected output tokens per call
             ) -> pd.DataFrame:
-    "Calls, tokens and cost per policy (and for the judge), estimated without calling any model."
+    "Calls, tokens and cost per policy (and for the judge, and for building memories that build with a model), estimated without calling any model."
+    def searchable(mspec):   # a memory built with a model is not built here (that would call it): bm25 with its k stands in for its search
+        return {'name': 'bm25', 'k': mspec.get('k') or 12} if getattr(MEMORIES.get_impl(mspec['name']), 'needs_llm', False) else mspec
     from memlab.llm import build_messages, SEARCH_TOOL, cost_usd
     from memlab.judge import A3_SYSTEM_PROMPT, A3_USER_TEMPLATE
     cfg = cfg if isinstance(cfg, RunConfig) else RunConfig.load(cfg)
@@ -524,7 +526,7 @@ def estimate(cfg: RunConfig|dict|str, # the run config
     for inst in (instances if simulate else []):
         for cond in cfg.conditions:
             for mi, mspec in enumerate(cfg.memories):
-                mem = make_memory(**mspec); mem.add_all(history(inst, cond))
+                mem = make_memory(**searchable(mspec)); mem.add_all(history(inst, cond))
                 view = unit_view(inst, cond, mem, history)             # what a rollout searches under the condition, as `run` does
                 for q in inst.queries:
                     ps = model.estimate_proxy(q.view())             # the model policy's own stand-in, or the offline reader
@@ -549,6 +551,17 @@ def estimate(cfg: RunConfig|dict|str, # the run config
             rows.append(dict(policy=spec_name(pspec), memory=spec_name(mspec), rollouts=n, model_calls=calls, input_tokens=tin,
                              output_tokens=calls * out_tokens, output_tokens_max=calls * mx,
                              cost_usd=float('nan') if c is None else c, cost_usd_max=float('nan') if cm is None else cm))
+    for mspec in cfg.memories:          # construction of memories built with a model: sessions x the class's calls per session
+        cls = MEMORIES.get_impl(mspec['name'])
+        if not getattr(cls, 'needs_llm', False): continue
+        lens = [count_tokens(s.text) for i in instances for cond in cfg.conditions for s in history(i, cond)]   # every unit's history (an upper bound: windows top up)
+        per_call, llm = cls.construction_calls, mspec.get('llm') if isinstance(mspec.get('llm'), dict) else {}
+        calls = float('nan') if per_call is None else per_call * len(lens)
+        tin = float('nan') if per_call is None else per_call * (sum(lens) + len(lens) * cls.construction_prompt_tokens)
+        c = None if per_call is None else cost_usd(llm.get('model', ''), int(tin), int(calls * out_tokens), llm.get('local', bool(llm.get('base_url'))))
+        rows.append(dict(policy=f'construction ({llm.get("model")})', memory=spec_name(mspec), rollouts=0, model_calls=calls, input_tokens=tin,
+                         output_tokens=calls * out_tokens, output_tokens_max=calls * out_tokens,
+                         cost_usd=float('nan') if c is None else c, cost_usd_max=float('nan') if c is None else c))
     out = pd.DataFrame(rows)
     out.attrs['judge_calls'] = int(out['rollouts'].sum()) * cfg.judge_runs if cfg.judge.get('name') != 'offline-match' else 0
     out.attrs['judge_input_tokens_per_call'] = judge_in

@@ -116,3 +116,24 @@ def test_the_async_path_of_model_policies_records_the_same(tmp_path):
     assert all(r.memory_usage.calls == 3 for r in bad)
     ok = [r for r in ro if not r.error and r.memory.startswith('model-built-test')]
     assert ok and all(r.memory_usage.calls == 2 * n_sessions(next(i for i in BENCH if i.id == r.instance_id)) for r in ok)
+
+
+def test_estimate_builds_no_model_built_memory_and_prices_its_construction():
+    "`estimate` is a dry run: a memory built with a model is not built (bm25 stands in for its search); its construction is a row of its own."
+    adds = []
+    class Priced(ModelBuilt):
+        construction_calls, construction_prompt_tokens = 2.0, 100
+        def add(self, s): adds.append(s.id); super().add(s)
+    MEMORIES.register('priced-test')(Priced)
+    try:
+        from memlab.runner import estimate
+        pol = [{'name': 'llm', 'backend': {'name': 'openai', 'model': 'gpt-4o-mini', 'base_url': 'http://127.0.0.1:9/v1'}}]
+        cfg = RunConfig(name='e', policies=pol, memories=[{'name': 'priced-test', 'k': 3}, {'name': 'bm25', 'k': 3}])
+        est = estimate(cfg, BENCH)
+        assert adds == []                                                   # nothing built: no model called
+        row = est[est['policy'].str.startswith('construction')]
+        n = sum(len(i.sessions) for i in BENCH)
+        assert len(row) == 1 and row['model_calls'].iloc[0] == 2 * n and row['input_tokens'].iloc[0] > 2 * 100 * n
+        answer = est[(est['memory'] == 'priced-test[k=3]') & ~est['policy'].str.startswith('construction')]
+        assert len(answer) == 1 and answer['model_calls'].iloc[0] > 0       # the answer calls, searched through the stand-in
+    finally: MEMORIES.pop('priced-test')

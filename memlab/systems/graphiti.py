@@ -112,6 +112,7 @@ class GraphitiMemory(Memory):
     "Adapter for the installed `graphiti-core` (Zep's temporal knowledge graph) on an embedded Kuzu database in a temporary directory."
     family = 'hierarchical'   # a graph memory, like memlab's own graph memories (memlab.graph)
     needs_llm = True          # Graphiti extracts entities and facts with a model at every episode
+    construction_calls, construction_prompt_tokens = 7.5, 650     # for `estimate`: measured on the loopback (tests/benchmarks/bench_systems.py; 4.2 on the walkthrough's sessions)
     def __init__(self, k: PosInt=12, # facts (edges) returned per search
                  llm: Union[dict, Any]=None, # memlab backend spec {'name': 'openai', 'model': ..., 'base_url': ...} or a backend
                  embedder: Union[str, dict]='hash-embed', # memlab embedder spec (offline)

@@ -147,6 +147,7 @@ class LangMemMemory(Memory):
     "langmem's memory store manager over LangGraph's `InMemoryStore` (planar), its model a memlab backend."
     family, single_pass = 'planar', True
     needs_llm = True          # langmem extracts, updates and deletes memories with a model at every add
+    construction_calls, construction_prompt_tokens = 1.0, 850     # for `estimate`: one tool-calling extraction per add, measured on the loopback
     def __init__(self, k: PosInt=12, # returned memories per search
                  llm: Union[dict, Any, None]=None, # a memlab backend, or `make_backend` kwargs {'name': 'openai', 'model': ..., 'base_url': ...}
                  embedder: Union[str, dict, Embedder]='hash-embed', # memlab embedder spec

@@ -96,6 +96,7 @@ class Mem0Memory(Memory):
     "The installed `mem0ai` package's `Memory` (planar, agent-controlled repeated search), its LLM calls through memlab."
     family, single_pass = 'planar', False
     needs_llm = True          # mem0 extracts facts with a model at every add
+    construction_calls, construction_prompt_tokens = 1.0, 10_250   # for `estimate`: one extraction call per session, its prompt measured on the loopback (mem0ai 2.2.1)
     def __init__(self, k: PosInt=12, # returned memories per call (at most)
                  llm: Union[dict, object, None]=None, # memlab backend spec {'name', 'model', 'base_url', ...} or a ChatBackend; None: $MEMLAB_MEM0_LLM
                  embedder: Union[str, dict]='hash-embed', # memlab embedder spec (offline)
