@@ -4,7 +4,7 @@
 
 # %% ../nbs/02d_graph.ipynb #1660788b
 from __future__ import annotations
-import copy, re, sys
+import copy, os, re, sys
 from typing import Optional
 import numpy as np
 from .core import Session, Evidence, PosInt, NonNegInt, NonNegFloat, UnitFloat, date_key
@@ -52,7 +52,8 @@ def sentence_entities(sent: str) -> list[tuple]:
     return out
 
 # %% ../nbs/02d_graph.ipynb #4efd40dc
-GRAPH_CACHE = LRUCache(5_000)    # session content -> extracted chunks; process-wide, bounded
+GRAPH_CACHE = LRUCache(50_000, maxbytes=int(os.environ.get('MEMLAB_GRAPH_CACHE_MB', '512')) << 20, name='memlab.graph.GRAPH_CACHE',
+                       hint='raise it with MEMLAB_GRAPH_CACHE_MB (megabytes of pickled extractions)')   # session content -> extracted chunks; process-wide, bounded by entries and bytes
 EXTRACTOR = 'rules-v1'
 _intern = sys.intern
 

@@ -15,9 +15,10 @@ from .memory import chunk_session, terms
 
 # %% auto #0
 __all__ = ['EMPTY_TERM', 'VOCAB', 'STORE', 'EMBEDDERS', 'DENSE_EXTRA', 'MINILM_SHA256', 'MINILM_BYTES', 'Vocabulary', 'TermBlock',
-           'term_block', 'join_blocks', 'session_key', 'SessionAnalysis', 'analyse_session', 'SessionStore', 'LRUCache',
-           'BM25Index', 'top_k', 'WeightsError', 'Embedder', 'get_embedder', 'HashEmbedder', 'dense_available',
-           'verify_file', 'SentenceTransformerEmbedder', 'MiniLMEmbedder', 'DenseIndex', 'competition_rank', 'rrf']
+           'term_block', 'join_blocks', 'session_key', 'SessionAnalysis', 'analyse_session', 'SessionStore',
+           'CacheEvictionWarning', 'pickled_size', 'LRUCache', 'BM25Index', 'top_k', 'WeightsError', 'Embedder',
+           'get_embedder', 'HashEmbedder', 'dense_available', 'verify_file', 'SentenceTransformerEmbedder',
+           'MiniLMEmbedder', 'DenseIndex', 'competition_rank', 'rrf']
 
 # %% ../nbs/02a_index.ipynb #00dbff0e
 EMPTY_TERM = '_empty_'   # the one term of a chunk without words (`terms` never yields an underscore)
@@ -166,11 +167,27 @@ STORE = SessionStore()
 # %% ../nbs/02a_index.ipynb #18be8355
 _MISSING = object()
 
+class CacheEvictionWarning(UserWarning):
+    "A bounded cache is full and evicts: evicted values are computed again when needed (same results, more time)."
+
+def pickled_size(v) -> int:
+    "Bytes of `v` pickled: a cheap, deterministic measure of a cached value's size."
+    import pickle
+    return len(pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL))
+
 class LRUCache:
-    "A bounded, thread-safe least-recently-used cache with hit and miss counts."
-    def __init__(self, maxsize: int=50_000): # entries kept; the least recently used is evicted first
-        self.maxsize, self._d, self._lock = maxsize, OrderedDict(), threading.Lock()
-        self.hits = self.misses = 0
+    "A bounded, thread-safe least-recently-used cache with hit and miss counts; bounded by entries and, optionally, bytes; says when it starts evicting."
+    def __init__(self, maxsize: int=50_000, # entries kept; the least recently used is evicted first
+                 maxbytes: Optional[int]=None, # bytes kept (`sizeof` of each value); None: entries only
+                 sizeof=pickled_size, # value -> its size in bytes (used when maxbytes is set)
+                 name: str='LRUCache', # named in the eviction message
+                 hint: str='' # how to raise the bound, for the eviction message
+                ):
+        self.maxsize, self.maxbytes, self.sizeof, self.name, self.hint = maxsize, maxbytes, sizeof, name, hint
+        self._d, self._sizes, self._lock = OrderedDict(), {}, threading.Lock()
+        self.hits = self.misses = self.evictions = self.nbytes = 0; self._warned = False
+    def _full(self) -> bool:
+        return len(self._d) > self.maxsize or (self.maxbytes is not None and self.nbytes > self.maxbytes and len(self._d) > 1)
     def get_or_compute(self, key, # a hashable key, e.g. `session_key(session, 'my-extractor-v1', ...)`
                        fn # computes the value on a miss (called without arguments, outside the lock)
                       ):
@@ -180,14 +197,28 @@ class LRUCache:
             if v is not _MISSING: self._d.move_to_end(key); self.hits += 1; return v
             self.misses += 1
         v = fn()
+        size = self.sizeof(v) if self.maxbytes is not None else 0   # measured outside the lock
+        evicted = 0
         with self._lock:
-            v = self._d.setdefault(key, v); self._d.move_to_end(key)   # a concurrent miss stored first: use its value
-            while len(self._d) > self.maxsize: self._d.popitem(last=False)
+            if key not in self._d: self._d[key] = v; self._sizes[key] = size; self.nbytes += size
+            v = self._d[key]; self._d.move_to_end(key)                # a concurrent miss stored first: use its value
+            while self._full():
+                k, _ = self._d.popitem(last=False); self.nbytes -= self._sizes.pop(k, 0); evicted += 1
+            self.evictions += evicted
+            warn, self._warned = evicted and not self._warned, self._warned or bool(evicted)
+        if warn:
+            import warnings
+            bound = f'{self.maxsize:,} entries' + (f' or {self.maxbytes / 2**20:,.0f} MB' if self.maxbytes is not None else '')
+            warnings.warn(f'{self.name} is full ({bound}): it now evicts the least recently used values, which are computed again '
+                          f'when needed (same results, more time){"; " + self.hint if self.hint else ""}', CacheEvictionWarning, stacklevel=2)
         return v
     def clear(self):
         "Forget every entry and reset the counts."
-        with self._lock: self._d.clear(); self.hits = self.misses = 0
-    def info(self) -> dict: return dict(hits=self.hits, misses=self.misses, size=len(self._d), maxsize=self.maxsize)
+        with self._lock:
+            self._d.clear(); self._sizes.clear(); self.hits = self.misses = self.evictions = self.nbytes = 0; self._warned = False
+    def info(self) -> dict:
+        return dict(hits=self.hits, misses=self.misses, size=len(self._d), maxsize=self.maxsize, evictions=self.evictions,
+                    nbytes=self.nbytes, maxbytes=self.maxbytes)
     def __len__(self): return len(self._d)
     def __repr__(self): return f'LRUCache({self.info()})'
 

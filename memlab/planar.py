@@ -4,7 +4,7 @@
 
 # %% ../nbs/02c_planar.ipynb #d6dbca9f
 from __future__ import annotations
-import copy, re
+import copy, os, re
 from typing import Optional
 from .core import Session, Evidence, PosInt, NonNegFloat, UnitFloat
 from .memory import Memory, MEMORIES, terms, readback_ids, readback_units
@@ -20,7 +20,8 @@ def split_sentences(text: str) -> list[str]:
     "Sentences of a turn (split after . ! ? followed by white space)."
     return [s.strip() for s in _SENT.split(text.strip()) if s.strip()]
 
-ITEM_CACHE = LRUCache(50_000)   # session content -> its candidate items
+ITEM_CACHE = LRUCache(50_000, maxbytes=int(os.environ.get('MEMLAB_ITEM_CACHE_MB', '512')) << 20, name='memlab.planar.ITEM_CACHE',
+                      hint='raise it with MEMLAB_ITEM_CACHE_MB (megabytes of pickled items)')   # session content -> its candidate items, bounded by entries and bytes
 
 def session_items(session: Session, # the session to extract from
                   roles: tuple=('user',) # speakers whose sentences become items

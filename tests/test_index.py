@@ -221,7 +221,7 @@ def test_threads_build_memories(bench, monkeypatch):
 def test_lru_cache_evicts_least_recent():
     c = LRUCache(2)
     for k in 'abac': c.get_or_compute(k, lambda k=k: k.upper())
-    assert c.info() == dict(hits=1, misses=3, size=2, maxsize=2) and 'b' not in c._d
+    assert c.info() == dict(hits=1, misses=3, size=2, maxsize=2, evictions=1, nbytes=0, maxbytes=None) and "b" not in c._d
     c.maxsize = 1; c.get_or_compute('d', lambda: 'D')
     assert list(c._d) == ['d'] and c.info()['misses'] == 4
 
