@@ -88,7 +88,7 @@ def make_executor(kind: str, # serial | threads | processes | dask
         except ImportError: raise SystemExit('memlab: --executor dask needs dask.distributed (pip install "memlab[dev]")')
         client = Client(dask_address) if dask_address else Client(LocalCluster(n_workers=workers, threads_per_worker=threads,
                                                                                dashboard_address=None, host='127.0.0.1'))
-        return client.get_executor(), lambda interrupted=False: client.close()
+        return client.get_executor(pure=False), lambda interrupted=False: client.close()   # units are not pure (a model samples); and dask would hash each ~1 MB instance in the client
     raise SystemExit(f'memlab: unknown executor {kind!r}')
 
 def _report_errors(store: 'ResultsStore', max_rate: float) -> int:
