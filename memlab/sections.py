@@ -125,6 +125,8 @@ def with_memory_llm(specs: Sequence[dict], # memory specs
     "`specs` with `llm` filled in for memories that build themselves with a model (`Memory.needs_llm`: mem0, Graphiti, LangMem) and name none."
     from memlab.memory import MEMORIES
     from memlab.registry import load_plugins
+    if model is not None and not (isinstance(model, str) and model.strip()):
+        raise ValueError(f'memory_model: must be None or a model id, got {model!r}')
     load_plugins()
     out = []
     for s in specs:

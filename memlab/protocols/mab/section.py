@@ -58,10 +58,7 @@ class MABSection:
     out_root: Optional[str] = None       # default: $MEMLAB_OUT, else build/
 
     def __post_init__(self):
-        mm = self.memory_model                    # checked before any folder is made: one line naming the parameter
-        if mm is not None and not (isinstance(mm, str) and mm.strip()):
-            raise ValueError(f'memoryagentbench parameter memory_model: must be None or a model id, got {mm!r}')
-        try: with_memory_llm([{'name': a} for a in self.agents], self.backend, mm, param='agents')
+        try: with_memory_llm([{'name': a} for a in self.agents], self.backend, self.memory_model, param='agents')   # before any folder is made
         except ValueError as e: raise ValueError(f'memoryagentbench parameter {e}') from None
         self.results_dir, self.figures_dir = output_dirs('memoryagentbench', self.out_root)
         self._tables = TableSaver(self.results_dir, [])   # the sections' table writer; labels given per call (`save`)
