@@ -106,7 +106,7 @@ refresh-notebooks: install
 # (settings.ini) upward from build/lab and writes under build/ like any other run. Start over: delete the copy.
 LAB_DIR ?= build/lab
 LAB_PORT ?= 8888
-LAB_FILES := nbs/start_here.ipynb $(SECTIONS) $(sort $(wildcard nbs/sections/*.full.yaml))
+LAB_FILES := nbs/start_here.ipynb $(SECTIONS) $(sort $(wildcard nbs/sections/*.full.yaml nbs/sections/*.paper.yaml))
 
 lab-notebooks:
 	@mkdir -p $(LAB_DIR)

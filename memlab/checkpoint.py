@@ -28,7 +28,7 @@ CHECKPOINT_RESETS: dict[str, dict[str, Callable]] = {   # class path -> {attribu
     'memlab.flat.FlatMemory': {'_built': _none},
     'memlab.flat.DenseMemory': {'embedder': _none},
     'memlab.planar.ItemMemory': {'_index': _none},
-    'memlab.graph._GraphMemory': {'_g': _none, '_rec': _none},
+    'memlab.graph._GraphMemory': {'_g': _none, '_rec': _none, '_pieces': _none},
     'memlab.index.SessionAnalysis': {'fast': list},
 }
 

@@ -4,17 +4,18 @@
 
 # %% ../nbs/02d_graph.ipynb #1660788b
 from __future__ import annotations
-import copy, os, re, sys
+import copy, os, re, sys, threading
 from typing import Optional
 import numpy as np
 from .core import Session, Evidence, PosInt, NonNegInt, NonNegFloat, UnitFloat, date_key
 from .memory import Memory, MEMORIES, terms, chunk_session, STOPWORDS, readback_ids, readback_units
-from .index import BM25Index, EMPTY_TERM, LRUCache, session_key, term_block, top_k
+from .index import BM25Index, EMPTY_TERM, LRUCache, Vocabulary, session_key, term_block, top_k
 from .planar import split_sentences
 
 # %% auto #0
-__all__ = ['GRAPH_CACHE', 'EXTRACTOR', 'sentence_entities', 'extract_chunk', 'cooccurrence_pairs', 'extract_session',
-           'EntityGraph', 'ppr', 'PPRGraphMemory', 'EntityGraphMemory']
+__all__ = ['GRAPH_CACHE', 'EXTRACTOR', 'ENTITIES', 'SURFACES', 'sentence_entities', 'extract_chunk', 'cooccurrence_pairs',
+           'Interner', 'SessionGraph', 'session_graph', 'extract_session', 'EntityGraph', 'ppr', 'PPRGraphMemory',
+           'EntityGraphMemory']
 
 # %% ../nbs/02d_graph.ipynb #ad87ec57
 _CAPS = re.compile(r"\b[A-Z][a-zA-Z'\-]*(?:\s+(?:of\s+|and\s+|the\s+)?[A-Z][a-zA-Z'\-]*)*")
@@ -53,7 +54,7 @@ def sentence_entities(sent: str) -> list[tuple]:
 
 # %% ../nbs/02d_graph.ipynb #4efd40dc
 GRAPH_CACHE = LRUCache(50_000, maxbytes=int(os.environ.get('MEMLAB_GRAPH_CACHE_MB', '512')) << 20, name='memlab.graph.GRAPH_CACHE',
-                       hint='raise it with MEMLAB_GRAPH_CACHE_MB (megabytes of pickled extractions)')   # session content -> extracted chunks; process-wide, bounded by entries and bytes
+                       hint='raise it with MEMLAB_GRAPH_CACHE_MB (megabytes of pickled extractions)')   # session content -> SessionGraph; process-wide, bounded by entries and bytes
 EXTRACTOR = 'rules-v1'
 _intern = sys.intern
 
@@ -87,39 +88,110 @@ def cooccurrence_pairs(seq: np.ndarray, # entity ids in sentence order
         a.append(seq[:-o][m]); b.append(seq[o:][m])
     return np.concatenate(a), np.concatenate(b)
 
+class Interner(Vocabulary):
+    "Process-wide, thread-safe map from strings to stable integer ids, and back (`names`)."
+    def __init__(self): super().__init__(); self.names = []
+    def ids(self, strs: list[str]) -> list[int]:
+        "Ids of `strs`, adding the new ones."
+        d = self._ids
+        try: return [d[s] for s in strs]
+        except KeyError: pass
+        with self._lock:
+            out = []
+            for s in strs:
+                i = d.get(s)
+                if i is None: i = d[s] = len(self.names); self.names.append(s)
+                out.append(i)
+            return out
+
+ENTITIES, SURFACES = Interner(), Interner()   # entity keys and surface forms -> process-wide ids (a graph renumbers its own)
+
+def _first(ids: np.ndarray) -> np.ndarray:
+    "Positions of the first occurrence of each distinct value of `ids`, in order of appearance."
+    if not len(ids): return np.zeros(0, np.int64)
+    _, i = np.unique(ids, return_index=True); i.sort(); return i
+
+class SessionGraph:
+    "One session's part of any graph holding it: its extracted chunks, their passage-entity edges and co-occurrence sequence, in process-wide entity ids."
+    def __init__(self, chunks: tuple # the session's `extract_chunk` dicts, in order
+                ):
+        self.chunks, keys, surf, named, seq, sent, off = chunks, [], [], [], [], [], 0
+        nk = np.fromiter((len(ch['keys']) for ch in chunks), np.int64, len(chunks))
+        for ch in chunks: keys.extend(ch['keys']); surf.extend(ch['surf']); named.extend(ch['named'])
+        self.ent = np.array(ENTITIES.ids(keys), np.int32)             # B's entries: each chunk's entities, chunk after chunk
+        self.nk, self.indptr = nk, np.zeros(len(chunks) + 1, np.int64); np.cumsum(nk, out=self.indptr[1:])
+        for ch, a in zip(chunks, self.indptr[:-1]):
+            seq.append(self.ent[a + ch['seq']]); sent.append(ch['sent'] + off)
+            off += int(ch['sent'][-1]) + 1 if len(ch['sent']) else 0
+        cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int32)
+        self.seq, self.sent = cat(seq), cat(sent)                       # sentence-ordered entities; sentences numbered across the session
+        surf, named = np.array(SURFACES.ids(surf), np.int32), np.array(named, bool)
+        f = _first(self.ent)                                            # the session's entities, in order of appearance:
+        self.uent, self.usurf = self.ent[f], surf[f]                    # surface of the first chunk naming each,
+        self.unamed = np.full(len(f), -1, np.int32)                     # and of the first chunk with it as a name (-1: none)
+        if named.any():
+            nf = np.flatnonzero(named)[_first(self.ent[named])]
+            order = np.argsort(self.uent, kind='stable')
+            self.unamed[order[np.searchsorted(self.uent[order], self.ent[nf])]] = surf[nf]
+        self._pairs = {}
+    n_chunks = property(lambda self: len(self.chunks))
+    def pairs(self, window: int) -> tuple:
+        "Co-occurrence pairs (entity ids) within `window` positions of a sentence (cached per window)."
+        p = self._pairs.get(window)
+        if p is None: p = self._pairs[window] = cooccurrence_pairs(self.seq, self.sent, window)
+        return p
+
+def session_graph(session: Session, # the session to extract
+                  chunk_tokens: int=128 # chunk size (as `chunk_session`)
+                 ) -> SessionGraph:
+    "The `SessionGraph` of a session, from the process-wide cache when its content was seen before."
+    return GRAPH_CACHE.get_or_compute(session_key(session, EXTRACTOR, chunk_tokens),
+                                      lambda: SessionGraph(tuple(extract_chunk(c) for c in chunk_session(session, chunk_tokens))))
+
 def extract_session(session: Session, # the session to extract
                     chunk_tokens: int=128 # chunk size (as `chunk_session`)
                    ) -> tuple:
-    "The extracted chunks of a session, from the process-wide cache when its content was seen before."
-    return GRAPH_CACHE.get_or_compute(session_key(session, EXTRACTOR, chunk_tokens),
-                                      lambda: tuple(extract_chunk(c) for c in chunk_session(session, chunk_tokens)))
+    "The extracted chunks of a session (`session_graph(...).chunks`)."
+    return session_graph(session, chunk_tokens).chunks
 
 # %% ../nbs/02d_graph.ipynb #14260fb0
+class _Names:
+    "A graph's entity names, read from the process-wide table on access."
+    def __init__(self, ids, table): self.ids, self.table = ids, table
+    def __len__(self): return len(self.ids)
+    def __getitem__(self, i): return self.table[self.ids[i]]
+    def __iter__(self): return (self.table[i] for i in self.ids.tolist())
+    def __eq__(self, other): return list(self) == list(other)
+    def __repr__(self): return f'_Names({list(self)[:5]}...)'
+
 class EntityGraph:
-    "Entity and passage nodes with entity-passage and entity-entity edges, from extracted chunks."
+    "Entity and passage nodes with entity-passage and entity-entity edges, assembled from the sessions' cached `SessionGraph`s."
     def __init__(self, chunks: list, # extracted chunks (`extract_chunk` dicts), in ingestion order
                  window: int=5, # co-occurrence window, in entity positions within a sentence
-                 ee_weight: float=1.0 # weight of co-occurrence edges relative to mention edges
+                 ee_weight: float=1.0, # weight of co-occurrence edges relative to mention edges
+                 pieces: Optional[list]=None # the `SessionGraph`s whose chunks are `chunks`, in order; None: `chunks` as one piece
                 ):
         from scipy import sparse                           # imported here: memlab.runner loads this module (issue 24, import cost)
-        self.vocab, self.surface, self.named = {}, [], []
-        rows, cols, seqs, sents, off = [], [], [], [], 0
-        for p, ch in enumerate(chunks):
-            g = np.empty(len(ch['keys']), dtype=np.int64)
-            for i, (key, sf, nm) in enumerate(zip(ch['keys'], ch['surf'], ch['named'])):
-                e = self.vocab.get(key)
-                if e is None: e = self.vocab[key] = len(self.surface); self.surface.append(sf); self.named.append(nm)
-                elif nm and not self.named[e]: self.surface[e], self.named[e] = sf, True
-                g[i] = e
-            rows.append(np.full(len(g), p)); cols.append(g)
-            seqs.append(g[ch['seq']]); sents.append(ch['sent'].astype(np.int64) + off)
-            off += int(ch['sent'][-1]) + 1 if len(ch['sent']) else 0
-        n_e, n_p = len(self.vocab), len(chunks)
+        pieces = [SessionGraph(tuple(chunks))] if pieces is None else pieces
+        if sum(p.n_chunks for p in pieces) != len(chunks): raise ValueError(f'{len(chunks)} chunks but the pieces hold {sum(p.n_chunks for p in pieces)}')
+        cat = lambda xs, dt=np.int32: np.concatenate(xs) if xs else np.zeros(0, dt)
+        u, first_surf, named_surf = cat([p.uent for p in pieces]), cat([p.usurf for p in pieces]), cat([p.unamed for p in pieces])
+        keep = _first(u)                                   # entity numbers: order of first mention, as if added one by one
+        self.gids = u[keep]; n_e, n_p = len(self.gids), len(chunks)
+        self.g2l = np.full(len(ENTITIES) + 1, -1, np.int64); self.g2l[self.gids] = np.arange(n_e)
+        self.surface_ids, self.named = first_surf[keep], np.zeros(n_e, bool)
+        m = named_surf >= 0                                # first chunk naming it wins the surface form
+        if m.any():
+            fn = np.flatnonzero(m)[_first(u[m])]
+            e = self.g2l[u[fn]]; self.surface_ids[e] = named_surf[fn]; self.named[e] = True
+        self.surface = _Names(self.surface_ids, SURFACES.names)
         self.n_e, self.n_p = n_e, n_p
-        cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64)
-        self.B = sparse.csr_matrix((np.ones(len(cat(rows))), (cat(rows), cat(cols))), shape=(n_p, n_e))
-        self.B.sum_duplicates(); self.B.data[:] = 1.0
-        pi, pj = cooccurrence_pairs(cat(seqs), cat(sents), window)
+        indptr = np.zeros(n_p + 1, np.int64)
+        np.cumsum(cat([p.nk for p in pieces], np.int64), out=indptr[1:])
+        cols = self.g2l[cat([p.ent for p in pieces])]
+        self.B = sparse.csr_matrix((np.ones(len(cols)), cols, indptr), shape=(n_p, n_e)); self.B.sort_indices()
+        pi, pj = zip(*[p.pairs(window) for p in pieces]) if pieces else ((), ())
+        pi, pj = self.g2l[cat(list(pi))], self.g2l[cat(list(pj))]
         C = sparse.coo_matrix((np.ones(len(pi)), (pi, pj)), shape=(n_e, n_e)).tocsr()
         self.C = (C + C.T).tocsr()
         self.df = np.asarray(self.B.sum(0)).ravel()            # passages mentioning each entity
@@ -128,11 +200,17 @@ class EntityGraph:
         self.bm25 = BM25Index([c['terms'] for c in chunks])
         self._PT = None
 
+    @property
+    def vocab(self) -> dict:
+        "Entity key -> this graph's entity number."
+        return {ENTITIES.names[g]: i for i, g in enumerate(self.gids.tolist())}
+
     def entity_ids(self, text: str) -> list[int]:
         "Graph entities named in `text` (a query), in order of appearance."
         ents = [k for k, _, _ in sentence_entities(text)]
         caps = [' '.join(terms(m.group(0))) for m in _CAPS.finditer(text)]   # a query's first word may be a name
-        return list(dict.fromkeys(self.vocab[k] for k in ents + caps if k in self.vocab))
+        g = [ENTITIES.get(k) for k in ents + caps]
+        return list(dict.fromkeys(int(self.g2l[i]) for i in g if i is not None and i < len(self.g2l) and self.g2l[i] >= 0))
 
     def transition_T(self):
         "Transpose of the row-stochastic transition matrix (cached), and the dangling-node mask."
@@ -175,15 +253,24 @@ class _GraphMemory(Memory):
     def __init__(self, k: PosInt=12, chunk_tokens: PosInt=128, window: PosInt=5):
         super().__init__(k=k); self.chunk_tokens, self.window = chunk_tokens, window; self.reset()
     def params(self): return dict(chunk_tokens=self.chunk_tokens, window=self.window)
-    def reset(self): self.chunks, self.prov, self._g = [], [], None
-    def snapshot(self): self.prepare(); c = copy.copy(self); c.chunks, c.prov = list(self.chunks), list(self.prov); return c
+    def reset(self): self.chunks, self.prov, self._g, self._pieces = [], [], None, []
+    def snapshot(self):
+        self.prepare(); c = copy.copy(self)
+        c.chunks, c.prov, c._pieces = list(self.chunks), list(self.prov), list(self.pieces()); return c
     def add(self, session: Session):
-        for i, ch in enumerate(extract_session(session, self.chunk_tokens)):
-            self.chunks.append(ch); self.prov.append((session.id, session.date, i))
+        sg = session_graph(session, self.chunk_tokens)
+        for i, ch in enumerate(sg.chunks): self.chunks.append(ch); self.prov.append((session.id, session.date, i))
+        if self._pieces is not None: self._pieces.append(sg)
         self._g = None
+    def pieces(self) -> list:
+        "The `SessionGraph` of every ingested session (regrouped from the chunks after a checkpoint load)."
+        if self._pieces is None:
+            starts = [j for j, (_, _, i) in enumerate(self.prov) if i == 0] + [len(self.prov)]
+            self._pieces = [SessionGraph(tuple(self.chunks[a:b])) for a, b in zip(starts[:-1], starts[1:])]
+        return self._pieces
     def graph(self) -> EntityGraph:
-        "The graph of everything ingested (rebuilt on the first search after new sessions)."
-        if self._g is None: self._g = EntityGraph(self.chunks, self.window)
+        "The graph of everything ingested (assembled on the first search after new sessions)."
+        if self._g is None: self._g = EntityGraph(self.chunks, self.window, pieces=self.pieces())
         return self._g
     def prepare(self) -> None:
         if self.chunks: self.graph().transition_T()

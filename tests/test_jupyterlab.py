@@ -197,7 +197,7 @@ def test_lab_runs_a_section_copy_and_git_stays_clean(tmp_path):
     out = lab_notebooks(repo)
     lab_dir = repo / 'build/lab'
     sections = repo / 'nbs/sections'
-    expected = {'start_here.ipynb'} | {p.name for p in [*sections.glob('*.ipynb'), *sections.glob('*.full.yaml')]}
+    expected = {'start_here.ipynb'} | {p.name for p in [*sections.glob('*.ipynb'), *sections.glob('*.full.yaml'), *sections.glob('*.paper.yaml')]}
     assert {p.name for p in lab_dir.iterdir()} == expected and out.count('copied') == len(expected), out
     assert git(repo, 'status', '--porcelain') == '', 'the lab copies are not ignored'
 
