@@ -34,10 +34,16 @@ def stable_hash(obj: Any, # any JSON-serializable value or record
 # %% ../nbs/00_core.ipynb #e9953da1
 TOKENIZER = 'regex-words-v1'  # recorded in manifests: which tokenizer counted tokens
 _TOK = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+_WORD = bytes(c for c in range(128) if re.fullmatch(r'\w', chr(c)))     # ASCII word and blank bytes, as the regex has them
+_BLANK = bytes(c for c in range(128) if re.fullmatch(r'\s', chr(c)))
+_RUNS = bytes(ord('w') if c in _WORD else ord(' ') for c in range(256))
 
 def count_tokens(text: str) -> int:
     "Approximate token count (words and punctuation marks); offline stand-in for a model tokenizer."
-    return len(_TOK.findall(text or ''))
+    if not text: return 0
+    if not text.isascii(): return len(_TOK.findall(text))
+    b = text.encode('ascii')                           # ASCII: word runs and punctuation by byte translation (~7x the regex)
+    return (b' ' + b.translate(_RUNS)).count(b' w') + len(b.translate(None, _WORD + _BLANK))
 
 # %% ../nbs/00_core.ipynb #91e4a643
 from .registry import MAX_INT                # the largest integer a parameter may take (2**31 - 1: parquet, numpy and pyarrow take it)
@@ -349,7 +355,7 @@ def check_histories(instances: list, # `Instance` records
 # %% ../nbs/00_core.ipynb #7b48f8d3
 from .registry import Registry, PLUGIN_GROUP, load_plugins, validate_params, validate_args
 from .files import MAX_FILE_BYTES, max_file_bytes, check_regular_file, read_bounded, project_root
-from .files import validate_record, read_json_records, load_records, StrictYAMLLoader, load_yaml
+from .files import validate_record, iter_json_records, read_json_records, load_records, StrictYAMLLoader, load_yaml
 _all_ = ['Registry', 'PLUGIN_GROUP', 'load_plugins', 'validate_params', 'validate_args', 'RecordError', 'MAX_FILE_BYTES',
          'max_file_bytes', 'check_regular_file', 'read_bounded', 'project_root', 'validate_record', 'read_json_records',
          'load_records', 'StrictYAMLLoader', 'load_yaml']   # names defined in registry and files, re-exported here

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Iterable, Literal, Optional
 import pandas as pd
 from .core import Turn, Session, Query, Instance, Registry, RecordError, count_tokens, read_json_records, check_regular_file
+from .files import iter_json_records
 from .judge import LOCOMO_CATEGORIES
 
 # %% auto #0
@@ -53,6 +54,7 @@ def _check_sha(path: Path, sha256: str|bool|None) -> Optional[str]:
 
 # %% ../nbs/01a_data.ipynb #39fde54c
 read_records = read_json_records   # the raw-record reader of memlab.core: JSON array or JSONL, errors name file and line
+# the loaders take records one at a time from `iter_json_records` (a JSON array is streamed, never held as a list of raw records)
 
 # %% ../nbs/01a_data.ipynb #ca6ae966
 _TYPE_NAMES = {str: 'a string', int: 'an integer', float: 'a number', bool: 'a boolean', list: 'a list', dict: 'an object'}
@@ -121,7 +123,13 @@ def lme_layout(path: str|Path # a LongMemEval file
     m = re.search(r'longmemeval_(oracle|s|m)(?=[_.\-]|$)', Path(path).name.lower())
     return m.group(1) if m else None
 
+_LME_DATE = re.compile(r'(\d{4})/(\d{2})/(\d{2}) \((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)\) (\d{2}):(\d{2})')
+
 def _lme_date(f: Fields, value: str, field: str) -> datetime:
+    m = _LME_DATE.fullmatch(value)            # the released form, without strptime (250,000 dates in LongMemEval_M)
+    if m:
+        try: return datetime(*map(int, m.groups()))
+        except ValueError: pass                 # e.g. 2023/02/30: strptime says why
     try: return datetime.strptime(value, LME_DATE_FORMAT)
     except ValueError: raise f.error(field, f'{value!r} does not match "{LME_DATE_FORMAT}"') from None
 
@@ -134,8 +142,20 @@ def _lme_turn(f: Fields, t: Any, field: str) -> Turn:
     if 'has_answer' in t: f.get(t, 'has_answer', bool, field)
     return Turn(role=role, content=f.get(t, 'content', str, field), meta=meta)
 
-def _lme_instance(rec: Any, f: Fields, layout: Optional[str], source: str) -> Instance:
-    "One LongMemEval record as an Instance with one Query."
+def _same_turns(a: list, b: list) -> bool:
+    "Equal raw turns, labels compared by repr too (`True == 1` in Python, but `has_answer: 1` is an error)."
+    return a == b and all(len(x) == 2 or repr(x) == repr(y) for x, y in zip(a, b))
+
+def _lme_turns(f: Fields, turns: list, j: int, sid: str, shared: Optional[dict]) -> list:
+    "The Turns of haystack session `j`; a session id met before with equal turns gets the same Turn objects (`shared`: id -> (raw turns, Turns))."
+    hit = shared.get(sid) if shared is not None else None
+    if hit is not None and _same_turns(hit[0], turns): return hit[1]
+    out = [_lme_turn(f, t, f'haystack_sessions.{j}.{k}') for k, t in enumerate(turns)]
+    if shared is not None and hit is None: shared[sid] = (turns, out)
+    return out
+
+def _lme_instance(rec: Any, f: Fields, layout: Optional[str], source: str, shared: Optional[dict]=None) -> Instance:
+    "One LongMemEval record as an Instance with one Query (`shared`: see `_lme_turns`)."
     f.check(rec, dict, '<record>')
     qid = f.rid = f.get(rec, 'question_id', str)
     qtype = f.get(rec, 'question_type', str)
@@ -158,8 +178,7 @@ def _lme_instance(rec: Any, f: Fields, layout: Optional[str], source: str) -> In
         meta = {'position': j}
         seen[sid] = seen.get(sid, 0) + 1
         if seen[sid] > 1: meta['source_id'] = sid; sid = f'{sid}#{seen[sid]}'; dups.append(sid)
-        sessions.append(Session(id=sid, date=date, meta=meta,
-                                turns=[_lme_turn(f, t, f'haystack_sessions.{j}.{k}') for k, t in enumerate(turns)]))
+        sessions.append(Session(id=sid, date=date, meta=meta, turns=_lme_turns(f, turns, j, meta.get('source_id', sid), shared)))
     order = sorted(range(len(sessions)), key=keys.__getitem__)
     evidence = list(dict.fromkeys(s.id for s in sessions if s.meta.get('source_id', s.id) in golds))
     abstention = '_abs' in qid
@@ -181,8 +200,11 @@ def load_longmemeval(path: str|Path, # longmemeval_{s_cleaned,m_cleaned,oracle}.
     if layout is not None and layout not in LME_LAYOUTS: raise ValueError(f'layout must be one of {LME_LAYOUTS}, not {layout!r}')
     _check_sha(path, sha256)
     layout = layout or lme_layout(path)
-    insts = [_lme_instance(rec, Fields(path, i, 'question_id'), layout, path.name) for i, rec in enumerate(read_records(path))]
-    _dup_check([i.id for i in insts], path, 'question_id')
+    insts, first, shared = [], {}, {}
+    for i, rec in enumerate(iter_json_records(path)):     # one raw record at a time
+        inst = _lme_instance(rec, Fields(path, i, 'question_id'), layout, path.name, shared)
+        if inst.id in first: raise RecordError(f"{path}: record {i} (question_id={inst.id}): field 'question_id': duplicate of record {first[inst.id]}")
+        first[inst.id] = i; insts.append(inst)
     return insts
 
 # %% ../nbs/01a_data.ipynb #22173b48
@@ -282,7 +304,7 @@ def load_locomo(path: str|Path, # locomo10.json (a JSON array; JSONL is accepted
     "One Instance per LoCoMo conversation with one Query per QA item; errors name file, record and field."
     path = Path(path)
     _check_sha(path, sha256)
-    insts = [_locomo_instance(rec, Fields(path, i, 'sample_id'), path.name, captions) for i, rec in enumerate(read_records(path))]
+    insts = [_locomo_instance(rec, Fields(path, i, 'sample_id'), path.name, captions) for i, rec in enumerate(iter_json_records(path))]
     _dup_check([i.id for i in insts], path, 'sample_id')
     return insts
 
@@ -325,11 +347,18 @@ def duplicate_sets(instances: list[Instance]) -> dict[str, int]:
     return {'questions repeating the correct answer of another question of their record': same_answer,
             'questions sharing a value with another question of their record': shared}
 
+def _tokens(t: Turn, seen: dict) -> int:
+    "Tokens of a turn's content, counted once per Turn object (LongMemEval_M shares them across records)."
+    n = seen.get(id(t))
+    if n is None: n = seen[id(t)] = count_tokens(t.content)
+    return n
+
 def summarize(instances: list[Instance] # loaded instances
              ) -> pd.DataFrame:
     "Counts as rows (section, name, value): totals, per-record spread, questions by type, quirks, values repeated within a record."
     ns = [len(i.sessions) for i in instances]
-    toks = [sum(s.n_tokens for s in i.sessions) for i in instances]
+    seen = {}
+    toks = [sum(_tokens(t, seen) for s in i.sessions for t in s.turns) for i in instances]
     qs = [q for i in instances for q in i.queries]
     rows = [('total', 'records', len(instances)), ('total', 'sessions', sum(ns)),
             ('total', 'turns', sum(len(s.turns) for i in instances for s in i.sessions)),

@@ -4,22 +4,22 @@
 
 # %% ../nbs/00c_files.ipynb #22f0ff56
 from __future__ import annotations
-import json, os, stat
+import codecs, json, os, re, stat
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 import yaml
 from pydantic import BaseModel, ValidationError
 
 # %% auto #0
 __all__ = ['MAX_FILE_BYTES', 'RecordError', 'max_file_bytes', 'check_regular_file', 'read_bounded', 'project_root',
-           'validate_record', 'read_json_records', 'load_records', 'StrictYAMLLoader', 'load_yaml']
+           'validate_record', 'iter_json_records', 'read_json_records', 'load_records', 'StrictYAMLLoader', 'load_yaml']
 
 # %% ../nbs/00c_files.ipynb #34e8a3ee
 class RecordError(ValueError):
     "Bad input: the message names the file, the record and the field."
 
 # %% ../nbs/00c_files.ipynb #59e6444d
-MAX_FILE_BYTES = 4 << 30   # files read whole are at most this large (4 GiB; LongMemEval _m is about 2.7 GB); $MEMLAB_MAX_FILE_BYTES overrides
+MAX_FILE_BYTES = 4 << 30   # files read whole are at most this large (4 GiB); $MEMLAB_MAX_FILE_BYTES overrides it (and, when set, bounds streamed JSON arrays too)
 
 def max_file_bytes() -> int:
     "The size bound on files read whole: $MEMLAB_MAX_FILE_BYTES if set, else `MAX_FILE_BYTES`."
@@ -54,8 +54,11 @@ def read_bounded(path: str|Path, # a data or config file
     check_regular_file(path, limit)
     try:   # O_NONBLOCK: should the path turn into a FIFO after the check, opening it still does not block
         with os.fdopen(os.open(path, os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0)), 'rb') as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode): raise RecordError(f'{path}: not a regular file; give a data file')
-            data = f.read(limit + 1)
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode): raise RecordError(f'{path}: not a regular file; give a data file')
+            want = min(limit, st.st_size) + 1           # not `read(limit + 1)`: Python allocates what is asked (4 GiB for a small file)
+            data = f.read(want)
+            if len(data) == want and want <= limit: data += f.read(limit + 1 - want)   # the file grew since fstat
     except OSError as e: raise RecordError(f'{path}: cannot read: {e.strerror or e}') from None
     if len(data) > limit: raise _too_big(path, len(data), limit)
     return data
@@ -118,10 +121,10 @@ def _dup_error(path, who: str, item) -> RecordError:
     field, key = _repeated(item)
     return RecordError(f"{path}: {who}: field '{field}': duplicate key {key!r} (a JSON object may not repeat a key)")
 
-def read_json_records(path: str|Path, # a JSON array, or JSONL (.jsonl, or any file not starting with '[')
-                      max_bytes: Optional[int]=None # size bound; None: `max_file_bytes()` ($MEMLAB_MAX_FILE_BYTES)
-                     ) -> list:
-    "The raw records of a JSON array or JSONL file; special or oversized files, bad JSON and repeated keys name the file."
+def _read_whole(path: str|Path, # a JSON array, or JSONL (.jsonl, or any file not starting with '[')
+                max_bytes: Optional[int]=None # size bound; None: `max_file_bytes()` ($MEMLAB_MAX_FILE_BYTES)
+               ) -> list:
+    "The raw records of a file read whole (JSONL, or one JSON value that is not an array: an error); messages name the file, line and record."
     path = Path(path)
     try: text = read_bounded(path, max_bytes).decode('utf-8')
     except UnicodeDecodeError as e: raise RecordError(f'{path}: not UTF-8 text (byte {e.start})') from None
@@ -152,12 +155,119 @@ def read_json_records(path: str|Path, # a JSON array, or JSONL (.jsonl, or any f
     if not isinstance(items, list): raise RecordError(f'{path}: expected a JSON array of records (or JSONL)')
     return items
 
+
+# %% ../nbs/00c_files.ipynb #92720c78
+_WS = re.compile(r'[ \t\n\r]*')
+_CHUNK = 1 << 25            # 32 MiB of the file decoded at a time; a record longer than the text read doubles the read
+
+def _decoder() -> tuple:
+    "(a JSONDecoder that marks repeated keys and refuses numbers over 4300 digits, as `_json`; the list of objects that repeated a key)."
+    rep = []
+    def hook(pairs):
+        d = dict(pairs)
+        if len(d) != len(pairs):
+            seen = set(); d = _Repeated(d)
+            d.key = next(k for k, _ in pairs if k in seen or seen.add(k)); rep.append(d)
+        return d
+    return json.JSONDecoder(object_pairs_hook=hook, parse_int=_int), rep
+
+class _Text:
+    "A UTF-8 file decoded a chunk at a time into `buf`; text already parsed is dropped, keeping the line and column of `buf[0]`."
+    def __init__(self, f, path):
+        self.f, self.path, self.dec = f, path, codecs.getincrementaldecoder('utf-8')()
+        self.buf, self.eof, self.nbytes, self.line, self.col = '', False, 0, 1, 1
+    def more(self, n: Optional[int]=None) -> bool:
+        "Append about `n` (default `_CHUNK`) more bytes of the file to `buf` as text; False at the end of the file."
+        if self.eof: return False
+        data = self.f.read(n or _CHUNK); pending = len(self.dec.getstate()[0])
+        try: self.buf += self.dec.decode(data, final=not data)
+        except UnicodeDecodeError as e: raise RecordError(f'{self.path}: not UTF-8 text (byte {self.nbytes - pending + e.start})') from None
+        self.nbytes += len(data); self.eof = not data
+        return bool(data)
+    def drop(self, pos: int):
+        "Forget `buf[:pos]`, moving the line and column of `buf[0]` past it."
+        nl = self.buf.count('\n', 0, pos)
+        if nl: self.line += nl; self.col = pos - self.buf.rfind('\n', 0, pos)
+        else: self.col += pos
+        self.buf = self.buf[pos:]
+    def where(self, pos: int) -> str:
+        "'line L column C' of `buf[pos]` in the whole file, counted as json counts them."
+        nl = self.buf.count('\n', 0, pos)
+        col = pos - self.buf.rfind('\n', 0, pos) if nl else self.col + pos
+        return f'line {self.line + nl} column {col}'
+    def skip_ws(self, pos: int) -> int:
+        "The position of the next non-whitespace character, reading on as needed; `len(buf)` at the end of the file."
+        while True:
+            pos = _WS.match(self.buf, pos).end()
+            if pos < len(self.buf) or not self.more(): return pos
+
+def _may_be_cut(e: json.JSONDecodeError, buf: str) -> bool:
+    "Could this error come from the end of the text read so far (the record going on in the file)?"
+    return e.msg.startswith('Unterminated string') or e.pos >= len(buf) - 6
+
+def _rid(d):
+    return d.get('id') if isinstance(d, dict) and isinstance(d.get('id'), (str, int)) else None
+
+def _array_records(t: _Text, path: Path) -> Iterator:
+    "The elements of the JSON array in `t` one at a time, with json.loads's values and messages (line and column in the file)."
+    bad = lambda msg, pos: RecordError(f'{path}: not valid JSON: {msg} at {t.where(pos)}')
+    dec, rep = _decoder()
+    pos = t.skip_ws(0)
+    if t.buf[pos:pos + 1] != '[': raise bad('Expecting value', pos)
+    pos, i = t.skip_ws(pos + 1), 0
+    if t.buf[pos:pos + 1] == ']': pos += 1
+    else:
+        while True:
+            if pos >= len(t.buf): raise bad('Expecting value', pos)
+            while True:                      # parse one element; read on when the text so far ends inside it
+                try:
+                    item, end = dec.raw_decode(t.buf, pos)
+                    if end < len(t.buf) or t.eof: break                  # a number ending the text read may go on
+                except json.JSONDecodeError as e:
+                    if t.eof or not _may_be_cut(e, t.buf): raise bad(e.msg, e.pos) from None
+                except RecursionError: raise RecordError(f'{path}: not valid JSON: nested too deeply') from None
+                except ValueError as e: raise RecordError(f'{path}: not valid JSON: {e}') from None
+                t.drop(pos); pos = 0; t.more(max(_CHUNK, len(t.buf)))
+            if rep: raise _dup_error(path, f'record {i}' + (f' (id={_rid(item)!r})' if _rid(item) is not None else ''), item)
+            yield item; i += 1
+            pos = t.skip_ws(end)
+            c = t.buf[pos:pos + 1]
+            if c == ']': pos += 1; break
+            if c != ',': raise bad("Expecting ',' delimiter", pos)
+            pos = t.skip_ws(pos + 1)
+    pos = t.skip_ws(pos)
+    if pos < len(t.buf): raise bad('Extra data', pos)
+
+def iter_json_records(path: str|Path, # a JSON array, or JSONL (.jsonl, or any file not starting with '[')
+                      max_bytes: Optional[int]=None # size bound; None: none for a JSON array unless $MEMLAB_MAX_FILE_BYTES is set, `max_file_bytes()` otherwise
+                     ) -> Iterator:
+    "The raw records of a JSON array, streamed (one record parsed at a time), or of a JSONL file; the same records and errors as `read_json_records`."
+    path = Path(path)
+    if path.suffix != '.jsonl':
+        env = os.environ.get('MEMLAB_MAX_FILE_BYTES')
+        check_regular_file(path, max_bytes if max_bytes is not None else max_file_bytes() if env is not None else None)
+        try:
+            with os.fdopen(os.open(path, os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0)), 'rb') as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode): raise RecordError(f'{path}: not a regular file; give a data file')
+                t = _Text(f, path)
+                while t.more(1 << 16) and not t.buf.lstrip(): pass
+                if t.buf.lstrip()[:1] == '[':
+                    yield from _array_records(t, path); return
+        except OSError as e: raise RecordError(f'{path}: cannot read: {e.strerror or e}') from None
+    yield from _read_whole(path, max_bytes)        # JSONL, an empty file, or one JSON value that is not an array
+
+def read_json_records(path: str|Path, # a JSON array, or JSONL (.jsonl, or any file not starting with '[')
+                      max_bytes: Optional[int]=None # size bound, as `iter_json_records`
+                     ) -> list:
+    "The raw records of a JSON array or JSONL file; special or oversized files, bad JSON and repeated keys name the file."
+    return list(iter_json_records(path, max_bytes))
+
 def load_records(path: str|Path, # a .json (array) or .jsonl file
                  cls: type[BaseModel] # the record class of every entry (a `memlab.core.Record`)
                 ) -> list:
     "Read and validate every record of a JSON or JSONL file; fails on the first bad record, returns nothing partial."
-    path = Path(path); items = read_json_records(path)
-    out = [validate_record(cls, d, str(path), i) for i, d in enumerate(items)]
+    path = Path(path)
+    out = [validate_record(cls, d, str(path), i) for i, d in enumerate(iter_json_records(path))]
     first = {}
     for i, o in enumerate(out):
         rid = getattr(o, 'id', None)
@@ -165,6 +275,7 @@ def load_records(path: str|Path, # a .json (array) or .jsonl file
         if rid in first: raise RecordError(f"{path}: record {i} (id={rid!r}): field 'id': duplicate of record {first[rid]}")
         first[rid] = i
     return out
+
 
 # %% ../nbs/00c_files.ipynb #494aa9d6
 class StrictYAMLLoader(yaml.SafeLoader):

@@ -141,12 +141,19 @@ class SessionGraph:
         if p is None: p = self._pairs[window] = cooccurrence_pairs(self.seq, self.sent, window)
         return p
 
+_KEYS: dict = {}   # (chunk size, id of a turns list) -> (that list, its turns, its cache key): a session seen again skips `session_key` (like `SessionStore`'s fast path, a Turn edited in place is not noticed)
+
 def session_graph(session: Session, # the session to extract
                   chunk_tokens: int=128 # chunk size (as `chunk_session`)
                  ) -> SessionGraph:
     "The `SessionGraph` of a session, from the process-wide cache when its content was seen before."
-    return GRAPH_CACHE.get_or_compute(session_key(session, EXTRACTOR, chunk_tokens),
-                                      lambda: SessionGraph(tuple(extract_chunk(c) for c in chunk_session(session, chunk_tokens))))
+    t = session.turns; e = _KEYS.get((chunk_tokens, id(t)))
+    if e is not None and e[0] is t and e[1] == tuple(t): key = e[2]   # the same list with the same turns (compared by identity first)
+    else:
+        key = session_key(session, EXTRACTOR, chunk_tokens)
+        if len(_KEYS) >= GRAPH_CACHE.maxsize: _KEYS.clear()
+        _KEYS[chunk_tokens, id(t)] = (t, tuple(t), key)
+    return GRAPH_CACHE.get_or_compute(key, lambda: SessionGraph(tuple(extract_chunk(c) for c in chunk_session(session, chunk_tokens))))
 
 def extract_session(session: Session, # the session to extract
                     chunk_tokens: int=128 # chunk size (as `chunk_session`)

@@ -11,6 +11,7 @@ from ...core import Instance
 from ...data import records_of
 from ...judge import retrieval_table
 from ...runner import RunConfig, ResultsStore, hash_named, run, score, results_frame, build_judge, load_dataset, make_history
+from .ladder import ladder_history, pool_from_instances
 from .protocol import with_scale, diagnostics, table1, budget_curve, table3, retrieval_by_scale, check_n_queries
 
 # %% auto #0
@@ -38,15 +39,18 @@ def ladder_data(dataset: str='synthetic', # 'synthetic' | 'longmemeval' | 'locom
     if dataset == 'synthetic':
         data_spec = dict(kind='synthetic-ladder', params=dict(n_queries=n_queries, pool_size=pool_size, seed=seed, session_turns=session_turns))
         pool_spec = dict(kind='synthetic-ladder', params=data_spec['params'])          # the benchmark's own pool
+        instances = load_dataset(data_spec)
     else:
-        n_all = len(load_dataset(dict(kind=dataset, path=str(data_path), split_queries=True)))
-        data_spec = dict(kind=dataset, path=str(data_path), split_queries=True,
-                         **({'limit': check_n_queries(n_queries, n_all, data_path)} if n_queries else {}))   # never silently fewer
+        every = load_dataset(dict(kind=dataset, path=str(data_path), split_queries=True))   # the file is parsed once
+        limit = check_n_queries(n_queries, len(every), data_path) if n_queries else None     # never silently fewer
+        data_spec = dict(kind=dataset, path=str(data_path), split_queries=True, **({'limit': limit} if limit else {}))
         pool_spec = (dict(kind='longmemeval', path=str(pool_path)) if pool_path else
                      dict(kind='synthetic-pool', size=pool_size, seed=seed, session_turns=session_turns) if dataset == 'locomo' else
                      dict(kind=dataset, path=str(data_path)))                                  # LongMemEval: all haystacks
-    instances = load_dataset(data_spec)
+        instances = every[:limit] if limit else every                                          # = load_dataset(data_spec)
     history_spec = dict(name='scale-ladder', n_irr=list(ladder), seed=seed, pool=pool_spec)
+    if dataset == 'longmemeval' and pool_spec == dict(kind='longmemeval', path=str(data_path)):   # its own haystacks, which `make_history` would parse again
+        return LadderData(instances, ladder_history(pool_from_instances(every), ladder=list(ladder), seed=seed), data_spec, history_spec)
     return LadderData(instances, make_history(history_spec, instances), data_spec, history_spec)
 
 def data_summary(data: LadderData # `ladder_data`
