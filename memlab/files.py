@@ -95,8 +95,8 @@ def _int(s: str) -> int:
     if n > 4300: raise ValueError(f'a number of {n} digits (at most 4300)')
     return int(s)
 
-def _json(text: str) -> tuple:
-    "(value, whether an object repeated a key): json.loads with repeats marked; deep nesting and numbers over 4300 digits become a ValueError."
+def _decoder() -> tuple:
+    "(a JSONDecoder that marks objects repeating a key and refuses numbers over 4300 digits; the list of those objects)."
     rep = []
     def hook(pairs):
         d = dict(pairs)
@@ -104,7 +104,12 @@ def _json(text: str) -> tuple:
             seen = set(); d = _Repeated(d)
             d.key = next(k for k, _ in pairs if k in seen or seen.add(k)); rep.append(d)
         return d
-    try: return json.loads(text, object_pairs_hook=hook, parse_int=_int), bool(rep)
+    return json.JSONDecoder(object_pairs_hook=hook, parse_int=_int), rep
+
+def _json(text: str) -> tuple:
+    "(value, whether an object repeated a key): json.loads with repeats marked; deep nesting and numbers over 4300 digits become a ValueError."
+    dec, rep = _decoder()
+    try: return dec.decode(text), bool(rep)
     except RecursionError: raise ValueError('nested too deeply') from None
 
 def _repeated(obj) -> Optional[tuple]:
@@ -159,17 +164,6 @@ def _read_whole(path: str|Path, # a JSON array, or JSONL (.jsonl, or any file no
 # %% ../nbs/00c_files.ipynb #92720c78
 _WS = re.compile(r'[ \t\n\r]*')
 _CHUNK = 1 << 25            # 32 MiB of the file decoded at a time; a record longer than the text read doubles the read
-
-def _decoder() -> tuple:
-    "(a JSONDecoder that marks repeated keys and refuses numbers over 4300 digits, as `_json`; the list of objects that repeated a key)."
-    rep = []
-    def hook(pairs):
-        d = dict(pairs)
-        if len(d) != len(pairs):
-            seen = set(); d = _Repeated(d)
-            d.key = next(k for k, _ in pairs if k in seen or seen.add(k)); rep.append(d)
-        return d
-    return json.JSONDecoder(object_pairs_hook=hook, parse_int=_int), rep
 
 class _Text:
     "A UTF-8 file decoded a chunk at a time into `buf`; text already parsed is dropped, keeping the line and column of `buf[0]`."
