@@ -4,7 +4,7 @@
 
 # %% ../nbs/02a_index.ipynb #9b92ab6e
 from __future__ import annotations
-import hashlib, importlib.util, math, operator, os, threading, zlib
+import hashlib, importlib.util, math, operator, os, threading, warnings, zlib
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,10 +15,10 @@ from .memory import chunk_session, terms
 
 # %% auto #0
 __all__ = ['EMPTY_TERM', 'VOCAB', 'STORE', 'EMBEDDERS', 'DENSE_EXTRA', 'MINILM_SHA256', 'MINILM_BYTES', 'Vocabulary', 'TermBlock',
-           'term_block', 'join_blocks', 'session_key', 'SessionAnalysis', 'analyse_session', 'SessionStore',
-           'CacheEvictionWarning', 'pickled_size', 'LRUCache', 'BM25Index', 'top_k', 'WeightsError', 'Embedder',
-           'get_embedder', 'HashEmbedder', 'dense_available', 'verify_file', 'SentenceTransformerEmbedder',
-           'MiniLMEmbedder', 'DenseIndex', 'competition_rank', 'rrf']
+           'term_block', 'join_blocks', 'session_key', 'SessionAnalysis', 'analyse_session', 'CacheEvictionWarning',
+           'SessionStore', 'pickled_size', 'LRUCache', 'BM25Index', 'top_k', 'WeightsError', 'Embedder', 'get_embedder',
+           'HashEmbedder', 'dense_available', 'verify_file', 'SentenceTransformerEmbedder', 'MiniLMEmbedder',
+           'DenseIndex', 'competition_rank', 'rrf']
 
 # %% ../nbs/02a_index.ipynb #00dbff0e
 EMPTY_TERM = '_empty_'   # the one term of a chunk without words (`terms` never yields an underscore)
@@ -82,6 +82,7 @@ class SessionAnalysis:
     serial: int = 0         # the store's LRU handle
     fast: list = field(default_factory=list)         # the store's fast-path entries for this analysis
     n_chunks: int = 0
+    nbytes: int = 0         # what the store counts for it (`_analysis_bytes`)
     def __post_init__(self): self.n_chunks = len(self.chunks)
 
 def analyse_session(session: Session, chunk_tokens: int=128, vocab: Vocabulary=VOCAB) -> SessionAnalysis:
@@ -91,18 +92,28 @@ def analyse_session(session: Session, chunk_tokens: int=128, vocab: Vocabulary=V
                            term_block([terms(c) or [EMPTY_TERM] for c in chunks], vocab))
 
 # %% ../nbs/02a_index.ipynb #bf6d40e8
+class CacheEvictionWarning(UserWarning):
+    "A bounded cache is full and evicts: evicted values are computed again when needed (same results, more time)."
+
+def _analysis_bytes(a: SessionAnalysis) -> int:
+    "Approximate bytes of an analysis: its chunk texts, term counts and embeddings."
+    return sum(len(c) + 49 for c in a.chunks) + sum(map(len, a.terms.raw)) + sum(e.nbytes for e in a.embeddings.values())
+
 class SessionStore:
-    "Process-wide, thread-safe LRU store of `SessionAnalysis` keyed by session content."
-    def __init__(self, max_sessions: Optional[int]=None): # LRU bound (default: $MEMLAB_INDEX_MAX_SESSIONS or 20,000)
-        self.max_sessions = int(max_sessions or os.environ.get('MEMLAB_INDEX_MAX_SESSIONS', 20_000))
+    "Process-wide, thread-safe LRU store of `SessionAnalysis` keyed by session content, bounded by sessions and bytes; says when it starts evicting."
+    def __init__(self, max_sessions: Optional[int]=None, # LRU bound (default: $MEMLAB_INDEX_MAX_SESSIONS or 100,000)
+                 max_bytes: Optional[int]=None # bound on the analyses' bytes (default: $MEMLAB_INDEX_MB megabytes, or 2,048)
+                ):
+        self.max_sessions = int(max_sessions or os.environ.get('MEMLAB_INDEX_MAX_SESSIONS', 100_000))
+        self.max_bytes = int(max_bytes or int(os.environ.get('MEMLAB_INDEX_MB', 2048)) << 20)
         self._lock = threading.RLock()
         self.clear()
     def __len__(self): return len(self._lru)
-    def __repr__(self): return f'SessionStore({len(self)}/{self.max_sessions} sessions, {dict(self.stats)})'
+    def __repr__(self): return f'SessionStore({len(self)}/{self.max_sessions} sessions, {self.nbytes / 2**20:.1f}/{self.max_bytes / 2**20:.0f} MB, {dict(self.stats)})'
     def clear(self):
         "Forget every analysis and reset the counters."
         with self._lock:
-            self._lru, self._by_content, self._fast, self._serial = OrderedDict(), {}, {}, 0
+            self._lru, self._by_content, self._fast, self._serial, self.nbytes, self._warned = OrderedDict(), {}, {}, 0, 0, False
             self.stats = Counter()   # analysed, hits (content key), fast_hits (identity), evicted, embedded (chunks)
     MAX_FAST = 4   # fast-path entries (turns lists) kept per analysis
 
@@ -120,11 +131,20 @@ class SessionStore:
                 out = list(map(_E2, es)); self.stats['fast_hits'] += len(out)
             else: out = [self._lookup(s, t, e, fast, chunk_tokens) for s, t, e in zip(sessions, turns, es)]
             deque(map(self._lru.move_to_end, map(_SERIAL, out)), maxlen=0)
-            while len(self._lru) > self.max_sessions:
-                _, old = self._lru.popitem(last=False); self.stats['evicted'] += 1
-                self._by_content.pop(old.key, None)
-                for e in old.fast: self._drop_fast(e, old.key[0])
+            self._evict()
         return out
+
+    def _evict(self):
+        "Drop least recently used analyses while over a bound (warning once, when it starts)."
+        while len(self._lru) > self.max_sessions or (self.nbytes > self.max_bytes and len(self._lru) > 1):
+            _, old = self._lru.popitem(last=False); self.stats['evicted'] += 1; self.nbytes -= old.nbytes
+            self._by_content.pop(old.key, None)
+            for e in old.fast: self._drop_fast(e, old.key[0])
+            if not self._warned:
+                self._warned = True
+                warnings.warn(f'memlab.index.STORE is full ({self.max_sessions:,} sessions or {self.max_bytes >> 20:,} MB): it now evicts '
+                              'the least recently used session analyses, which are computed again when needed (same results, more time); '
+                              'raise it with MEMLAB_INDEX_MB or MEMLAB_INDEX_MAX_SESSIONS', CacheEvictionWarning, stacklevel=4)
 
     def _lookup(self, s, t, e, fast, chunk_tokens) -> SessionAnalysis:
         "One session off the fast path: by identity if still valid, else by content, else analysed now."
@@ -132,6 +152,7 @@ class SessionStore:
         key = session_key(s, chunk_tokens); a = self._by_content.get(key)
         if a is None:
             a = analyse_session(s, chunk_tokens); self._serial += 1; a.serial = self._serial
+            a.nbytes = _analysis_bytes(a); self.nbytes += a.nbytes
             self._by_content[key] = self._lru[a.serial] = a; self.stats['analysed'] += 1
         else: self.stats['hits'] += 1
         e = fast[id(t)] = (t, tuple(t), a); a.fast.append(e)
@@ -157,8 +178,12 @@ class SessionStore:
             vecs = embedder.encode([c for a in todo for c in a.chunks])
             bounds = np.cumsum([0] + [a.n_chunks for a in todo])
             with self._lock:
-                for a, i, j in zip(todo, bounds[:-1], bounds[1:]): a.embeddings.setdefault(key, vecs[i:j])
+                for a, i, j in zip(todo, bounds[:-1], bounds[1:]):
+                    if key in a.embeddings: continue
+                    a.embeddings[key] = vecs[i:j]
+                    if a.serial in self._lru: a.nbytes += vecs[i:j].nbytes; self.nbytes += vecs[i:j].nbytes
                 self.stats['embedded'] += int(bounds[-1])
+                self._evict()
         if not analyses: return np.zeros((0, embedder.dim), np.float32)
         return np.concatenate([a.embeddings[key] for a in analyses])
 
@@ -166,9 +191,6 @@ STORE = SessionStore()
 
 # %% ../nbs/02a_index.ipynb #18be8355
 _MISSING = object()
-
-class CacheEvictionWarning(UserWarning):
-    "A bounded cache is full and evicts: evicted values are computed again when needed (same results, more time)."
 
 def pickled_size(v) -> int:
     "Bytes of `v` pickled: a cheap, deterministic measure of a cached value's size."
