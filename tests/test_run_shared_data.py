@@ -10,7 +10,7 @@ import multiprocessing as mp
 from concurrent.futures import ProcessPoolExecutor
 
 from memlab.memory import HISTORIES
-from memlab.runner import run, RunConfig
+from memlab.runner import run, RunConfig, ResultsStore
 from memlab.synth import make_benchmark
 
 PICKLED = []   # parent-side count: one entry each time the history is pickled
@@ -44,3 +44,15 @@ def test_process_pool_pickles_the_history_once_and_matches_serial(tmp_path):
     assert len(PICKLED) == 1, f'the history was pickled {len(PICKLED)} times for {n_units} units'
     assert frame(pooled).equals(frame(serial)) and len(frame(serial)) == sum(len(i.queries) for i in insts) * 3 * 2
     assert not list((tmp_path / 'pool').glob('.run-data-*')), 'the shared data file outlived the run'
+
+
+def test_a_killed_writers_run_data_is_reported_then_removed(tmp_path):
+    from memlab.store import check_store
+    insts = make_benchmark(2, 2, 4, seed=6)
+    store = run(config('leftover'), insts, tmp_path / 'st', history=CountingHistory(), progress=False)
+    left = store.root / '.run-data-0123456789abcdef.pkl'; left.write_bytes(b'x')    # as a run killed with -9 leaves it
+    found = check_store(store)
+    assert found['path'].tolist() == [str(left)] and 'killed writer' in found['problem'].iloc[0]
+    again = tmp_path / 'again'; again.mkdir(); stale = again / left.name; stale.write_bytes(b'x')
+    run(config('leftover'), insts, again, history=CountingHistory(), progress=False)   # the next run that writes removes it
+    assert not stale.exists() and len(ResultsStore(again).rollouts())
