@@ -6,7 +6,9 @@
 from __future__ import annotations
 import contextvars, json, math
 from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
 from typing import Any, Callable, Iterable, Literal, Optional, Sequence
+import numpy as np
 import pandas as pd
 from .core import Query, Rollout, Score, Registry, stable_hash
 from .metrics import (METRICS, LOCOMO_CATEGORIES, LOCOMO_ABSTAIN, normalize_mab, normalize_locomo, register_metric, get_metric,
@@ -339,16 +341,30 @@ def _verdicts(scores_df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     d['o'] = d['c'].mask(d['judge'].map(wrong).astype(bool) & (d['label'] == 'unparsed'), 0.0)
     return d, wrong
 
+def _group_nanmean(values: pd.Series, # one float per row
+                   codes: np.ndarray # each row's group number (`GroupBy.ngroup`; negative: in no group)
+                  ) -> np.ndarray:
+    "Per group, the mean of its non-NaN values (NaN when none) summed as `Series.mean` sums them (NaN as 0, rows in order), for every group at once."
+    keep = codes >= 0
+    order = np.argsort(codes[keep], kind='stable')
+    c, v = codes[keep][order], values.to_numpy(dtype=float)[keep][order]
+    if not len(c): return np.zeros(0)
+    starts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]]); ends = np.r_[starts[1:], len(c)]
+    miss = np.isnan(v); v0 = np.where(miss, 0.0, v)
+    n, sums = np.add.reduceat((~miss).astype(np.int64), starts), v0[starts].copy()   # a one-row group's sum is its value
+    for i in np.flatnonzero(ends - starts > 1): sums[i] = v0[starts[i]:ends[i]].sum()   # several runs: numpy's own sum, as `Series.mean`
+    with np.errstate(invalid='ignore', divide='ignore'): return np.where(n > 0, sums / np.maximum(n, 1), np.nan)
+
 def aggregate_runs(scores_df: pd.DataFrame # `scores_frame` rows: judge, rollout_id, run, label, correct, score
                   ) -> pd.DataFrame:
     "Per (judge, rollout): mean correctness over runs as the benchmark counts it, n_runs, n_judged, n_unparsed, n_error, memlab's parsed-only mean."
     d, _ = _verdicts(scores_df)
+    d['unparsed_'], d['error_'] = d['label'].eq('unparsed'), d['label'].eq('error')   # counted per group in one pass, no Python per rollout
     g = d.groupby(['judge', 'judge_model', 'prompt_hash', 'rollout_id'], sort=True)
     out = pd.DataFrame({'correct': g['o'].mean(), 'n_runs': g['run'].nunique(), 'n_judged': g['judged'].sum(),
-                        'n_unparsed': g['label'].agg(lambda s: int((s == 'unparsed').sum())),
-                        'n_error': g['label'].agg(lambda s: int((s == 'error').sum())),
-                        'score': g['score'].agg(lambda s: pd.to_numeric(s, errors='coerce').mean()),
-                        'correct_parsed_only': g['c'].mean()})
+                        'n_unparsed': g['unparsed_'].sum().astype(int), 'n_error': g['error_'].sum().astype(int)})
+    out['score'] = _group_nanmean(pd.to_numeric(d['score'], errors='coerce'), g.ngroup().to_numpy())
+    out['correct_parsed_only'] = g['c'].mean()
     return out.astype({'n_judged': int}).reset_index()
 
 def judge_summary(scores_df: pd.DataFrame # `scores_frame` rows
@@ -381,7 +397,12 @@ def retrieved_sessions(trajectory: str|dict # a rollout's trajectory (JSON text 
                 if sid is not None and sid not in out: out.append(sid)
     return out
 
-def _dcg(rel: list) -> float: return float(rel[0] + sum(r / math.log2(i + 1) for i, r in enumerate(rel[1:], start=1))) if rel else 0.0
+def _dcg(rel: list) -> float: return _dcg_of(tuple(rel))
+
+@lru_cache(maxsize=1 << 14)
+def _dcg_of(rel: tuple) -> float:
+    "DCG of a 0/1 relevance tuple (few distinct ones: computed once each, not once per rollout and cut-off)."
+    return float(rel[0] + sum(r / math.log2(i + 1) for i, r in enumerate(rel[1:], start=1))) if rel else 0.0
 
 def retrieval_scores(ranked: Sequence[str], # retrieved session ids, best first, distinct
                      gold: Iterable[str], # evidence session ids

@@ -15,9 +15,9 @@ from .agent import Policy, POLICIES, Search, Answer
 # %% auto #0
 __all__ = ['TierName', 'TIERS', 'ABSTAIN', 'TYPE_NOUNS', 'IRREGULAR', 'LIGHT_VERBS', 'CURRENT', 'CHANGE', 'AS_OF', 'REQUEST',
            'WHY', 'PLURAL', 'PERSONS', 'COMMON_ZIPF', 'RARE_ZIPF', 'COPULA', 'Tier', 'rterms', 'QuestionInfo',
-           'read_question', 'Sentence', 'read_units', 'first_person', 'relative_day', 'day', 'day_of', 'zipf',
-           'common_word', 'initial_name', 'candidate', 'stated_value', 'change_of', 'n_items', 'Belief', 'weigh',
-           'believe', 'change_belief', 'count_belief', 'reformulate', 'OfflineReader']
+           'read_question', 'Sentence', 'sentence_terms', 'read_units', 'first_person', 'relative_day', 'day', 'day_of',
+           'zipf', 'common_word', 'initial_name', 'candidate', 'stated_value', 'change_of', 'n_items', 'Belief',
+           'weigh', 'believe', 'change_belief', 'count_belief', 'reformulate', 'OfflineReader']
 
 # %% ../nbs/04_reader.ipynb #bd24533a
 @dataclass(frozen=True)
@@ -161,6 +161,12 @@ class Sentence:
 _SPLIT = re.compile(r'(?<=[.!?])\s+')
 _ROLE = re.compile(r'^(user|assistant|system)\s*:\s*', re.I)
 
+@lru_cache(maxsize=1 << 17)
+def sentence_terms(s: str # one sentence
+                  ) -> frozenset:
+    "`rterms` of a sentence as a frozenset, computed once per distinct sentence (a unit is read at every step, tier and memory that returns it)."
+    return frozenset(rterms(s))
+
 def read_units(units: list[Evidence]) -> list[Sentence]:
     "Split evidence units into dated sentences (long-context windows carry `Session Date:` headers)."
     out, seen = [], set()
@@ -175,7 +181,7 @@ def read_units(units: list[Evidence]) -> list[Sentence]:
             for s in _SPLIT.split(line):
                 key = (date, s)
                 if s and key not in seen:
-                    seen.add(key); out.append(Sentence(s, role, date, len(out), frozenset(rterms(s))))
+                    seen.add(key); out.append(Sentence(s, role, date, len(out), sentence_terms(s)))
     return out
 
 # %% ../nbs/04_reader.ipynb #3c60ef61
@@ -188,12 +194,18 @@ PERSONS = ('coworker|colleague|neighbou?r|cousin|friend|manager|boss|roommate|pa
 _MY_OTHER = re.compile(rf"\b(?:my|our)\s+(?:\w+\s+)?(?:{PERSONS})s?\b(?!\s+(?:{'|'.join(('and I', 'and me'))}))", re.I)
 _MY = re.compile(r"\b(?:my|our)\b", re.I)
 
+@lru_cache(maxsize=1 << 17)
+def _person_marks(text: str) -> tuple[bool, bool, tuple]:
+    "(a first-person word, a 'my'/'our', the terms of each 'my <person>' phrase) of a sentence: read once per distinct sentence."
+    return bool(_FIRST.search(text)), bool(_MY.search(text)), tuple(frozenset(rterms(m[0])) for m in _MY_OTHER.finditer(text))
+
 def first_person(s: Sentence, # a read sentence
                  asked: frozenset=frozenset() # the question's terms: a person it asks about ('my sister') is no other person
                 ) -> bool:
     "A user statement about the user: a first-person subject or object (I, me, we, us), or something of theirs ('my time', 'our cat') that is not another person ('my coworker')."
-    other = [m for m in _MY_OTHER.finditer(s.text) if not set(rterms(m[0])) & asked]
-    return s.role == 'user' and bool(_FIRST.search(s.text) or (_MY.search(s.text) and not other))
+    first, my, persons = _person_marks(s.text)
+    other = [p for p in persons if not p & asked]
+    return s.role == 'user' and bool(first or (my and not other))
 
 _NUMBER_WORDS = {w: i for i, w in enumerate('zero one two three four five six seven eight nine ten eleven twelve'.split())} | {'a': 1, 'an': 1}
 _MONTH = {m.lower(): i for i, m in enumerate(calendar.month_name) if m} | {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m}

@@ -36,10 +36,11 @@ def build_judge(spec: dict):
 PASS_KEY = ['judge', 'judge_model', 'prompt_hash']   # a scoring pass: a changed judge model or prompt is a new pass
 
 def judge_passes(store: ResultsStore, # a store
-                 known: Optional[list]=None # earlier manifest entries (their labels and specs are kept)
+                 known: Optional[list]=None, # earlier manifest entries (their labels and specs are kept)
+                 sc: Optional[pd.DataFrame]=None # the store's current scores when the caller has just read them; None: read here
                 ) -> list[dict]:
     "One manifest entry per scoring pass in the store, counted from the scores themselves."
-    sc = store.scores()
+    sc = store.scores() if sc is None else sc
     if not len(sc): return []
     old = {(e.get('judge'), e.get('model'), e.get('prompt_hash')): e for e in (known or []) if isinstance(e, dict)}
     out = []
@@ -52,12 +53,31 @@ def judge_passes(store: ResultsStore, # a store
 
 def _missing_runs(store: ResultsStore, j, n_runs: int) -> dict:
     "rollout id -> the run indices this pass (judge, model, prompt) has not judged, for every current rollout (keys only are read)."
-    sc = store.scores()
+    ro = store.rollouts(columns=ROLLOUT_KEY)                       # read once: `store.scores()` would read it again
+    sc = store.scores(current=False)
+    sc = sc.merge(ro[ROLLOUT_KEY], on=ROLLOUT_KEY, how='inner') if len(sc) else sc   # current verdicts only, as `scores()`
     mine = sc[(sc['judge'] == j.name) & (sc['judge_model'] == j.model) & (sc['prompt_hash'] == j.prompt_hash)] if len(sc) else sc
     have = set(zip(mine['rollout_id'], mine['attempt'].astype(int), mine['run'].astype(int))) if len(mine) else set()
-    ro = store.rollouts(columns=ROLLOUT_KEY)
     missing = {rid: [k for k in range(n_runs) if (rid, int(att), k) not in have] for rid, att in zip(ro['rollout_id'], ro['attempt'])}
     return {rid: runs for rid, runs in missing.items() if runs}
+
+def _rollout_defaults() -> dict:
+    "Each optional `Rollout` field's default maker: its factory, or a copy of its default (what `model_construct` fills in)."
+    import copy
+    out = {}
+    for n, f in Rollout.model_fields.items():
+        if f.is_required(): continue
+        out[n] = f.default_factory if f.default_factory is not None else (lambda d=f.default: copy.deepcopy(d))
+    return out
+
+_ROLLOUT_DEFAULTS = _rollout_defaults()
+
+def _trusted_rollout(cols: list[str], # the store columns read
+                     vals # one row's values, in `cols` order
+                    ) -> Rollout:
+    "`Rollout.model_construct` of a trusted store row (not re-validated), its unread optional fields filled by their defaults here: pydantic's `model_construct` inspects each default factory's signature on every call (about a third of scoring a full-size store)."
+    given = {k: _py(v) for k, v in zip(cols, vals)}
+    return Rollout.model_construct(set(given), **{k: f() for k, f in _ROLLOUT_DEFAULTS.items() if k not in given}, **given)
 
 def score(store: ResultsStore|str|Path, # a store with rollouts
           instances: list[Instance], # the instances the rollouts answer (for gold answers)
@@ -80,16 +100,17 @@ def score(store: ResultsStore|str|Path, # a store with rollouts
             missing = todo_runs()                                    # again, under the lock
             cols = ['rollout_id', 'attempt', 'instance_id', 'query_id', 'answer', 'error']   # a judge reads no trajectory
             rows = store.rollouts(columns=cols)
-            todo = [Rollout.model_construct(**{k: _py(v) for k, v in zip(cols, vals)})    # trusted rows of the store, not re-validated
-                    for vals in rows[rows['rollout_id'].isin(missing)][cols].itertuples(index=False)]
+            todo = [_trusted_rollout(cols, vals) for vals in rows[rows['rollout_id'].isin(missing)][cols].itertuples(index=False)]
             bad = next((r for r in todo if (r.instance_id, r.query_id) not in qs), None)
             if bad: raise RecordError(f"{store.root}: rollout {bad.rollout_id}: query {(bad.instance_id, bad.query_id)} is not in the given instances")
             store.write_scores(judge_many(j, [(r, qs[(r.instance_id, r.query_id)]) for r in todo], runs=[missing[r.rollout_id] for r in todo],
                                           workers=getattr(j, 'concurrency', 1)))
             man = store.manifest()
             this = dict(judge=j.name, model=j.model, prompt_hash=j.prompt_hash, label=getattr(j, 'label', j.name))
-            man['judges'] = judge_passes(store, [*(man.get('judges') or []), this])
+            sc = store.scores()
+            man['judges'] = judge_passes(store, [*(man.get('judges') or []), this], sc)
             store.write_manifest(man)
+            return aggregate_runs(sc)
     return aggregate_runs(store.scores())
 
 def with_question_gold(ro: pd.DataFrame # `ResultsStore.rollouts()` rows

@@ -12,7 +12,7 @@ from ...core import Evidence, Instance, Query, Session, QueryView, Step, OFFLINE
 from ...memory import Memory, terms, STOPWORDS
 from ...agent import Policy, POLICIES, Answer, Search
 from ...llm import LLMPolicy
-from ...reader import Sentence, read_units, read_question, weigh, rterms
+from ...reader import Sentence, read_units, read_question, weigh, rterms, sentence_terms
 from wordfreq import zipf_frequency
 from ...runner import EVIDENCE, EvidenceView
 
@@ -205,7 +205,7 @@ def evidence_sentences(units: list[Evidence] # what the answer step read
         for line in u.text.split('\n')[1:]:
             if (m := _TRANSCRIPT.match(line)): role, date = m.group(1), m.group(2); continue
             if role is None or not line.strip(): continue
-            out += [Sentence(s, role, date, len(out), frozenset(rterms(s))) for s in _SPLIT.split(line.strip()) if s]
+            out += [Sentence(s, role, date, len(out), sentence_terms(s)) for s in _SPLIT.split(line.strip()) if s]
     return out + [Sentence(s.text, s.role, s.date, len(out) + s.order, s.terms) for s in read_units(plain)]
 
 # %% ../../../nbs/protocols/subtle/02_answer.ipynb #4bf59662
