@@ -4,8 +4,7 @@
 
 # %% ../nbs/07_runner.ipynb #91e42ab2
 from __future__ import annotations
-import hashlib, os, pickle, re, signal, threading, time, warnings
-from collections import OrderedDict
+import os, re, signal, threading, time, warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Literal, Optional
@@ -23,14 +22,14 @@ from .store import _oserror, _py   # re-exported: tests import these private hel
 from .scoring import (build_judge, PASS_KEY, judge_passes, score, with_question_gold, results_frame, read_hypotheses, score_hypotheses,
                             construction_costs)
 from .sections import hash_named, injected_params, check_access_params, checked_params, SectionParams, output_dirs
+from .workers import RunData, SharedRunData, share_run_data, run_shared_unit   # what a run sends its workers
 
 # %% auto #0
 __all__ = ['PREFIX_MEMORIES', 'ANSWER_FLAGS', 'make_history', 'rollout_id', 'shared_policy', 'PrefixMemories', 'unit_memory',
-           'unit_view', 'MemoryBuildError', 'run_unit', 'frozen_heap', 'run_units_async', 'plan_units', 'RunData',
-           'SharedRunData', 'share_run_data', 'run_shared_unit', 'EvidenceView', 'target_units', 'search_setting',
-           'readback_setting', 'SplitHistory', 'deferred_signals', 'preflight', 'run', 'RunWarning',
-           'warn_no_tool_calls', 'error_summary', 'answer_flags', 'answer_flag_table', 'estimate', 'SAFE_NAME',
-           'TRANSPORT_KEYS', 'generation_spec', 'RunConfig', 'DATASETS', 'default_history', 'EVIDENCE',
+           'unit_view', 'MemoryBuildError', 'run_unit', 'frozen_heap', 'run_units_async', 'plan_units', 'EvidenceView',
+           'target_units', 'search_setting', 'readback_setting', 'SplitHistory', 'deferred_signals', 'preflight', 'run',
+           'RunWarning', 'warn_no_tool_calls', 'error_summary', 'answer_flags', 'answer_flag_table', 'estimate',
+           'SAFE_NAME', 'TRANSPORT_KEYS', 'generation_spec', 'RunConfig', 'DATASETS', 'default_history', 'EVIDENCE',
            'validate_config', 'DATASET_OPTIONS', 'check_dataset_spec', 'spec_name', 'check_instances', 'load_dataset',
            'StoreError', 'StoreWarning', 'ROLLOUT_KEY', 'SCORE_KEY', 'lock_holder', 'writer_lock', 'ResultsStore',
            'check_store', 'PACKAGES', 'git_commit', 'package_versions', 'dataset_hash', 'file_sha256', 'chunking_info',
@@ -265,53 +264,6 @@ def plan_units(cfg: RunConfig, instances: list[Instance],
                 if todo: units.append((inst, cond, mspec, todo))
     return units
 
-# %% ../nbs/07_runner.ipynb #0d54f1fa
-class RunData:
-    "What every unit of a run reads: its history callable and its instances by id."
-    def __init__(self, history: Callable, instances: list[Instance]): self.history, self.instances = history, {i.id: i for i in instances}
-
-_SHARED: OrderedDict = OrderedDict()   # per process: token -> RunData of the last runs this worker served
-
-class SharedRunData:
-    "A run's `RunData` pickled once into its store, loaded once per worker process (not once per unit: a paper-size ladder pickles to ~30 MB)."
-    def __init__(self, path: str, token: str): self.path, self.token = path, token
-    def get(self) -> RunData:
-        v = _SHARED.get(self.token)
-        if v is None:
-            try: v = pickle.loads(Path(self.path).read_bytes())
-            except OSError as e:
-                raise RuntimeError(f"{self.path}: this worker cannot read the run's shared data ({e.strerror}): run workers on "
-                                   'other machines through --dask-address, or keep the store on a filesystem they share') from None
-            _SHARED[self.token] = v
-            while len(_SHARED) > 2: _SHARED.popitem(last=False)
-        return v
-
-def share_run_data(executor, # the run's executor
-                   store: ResultsStore, # the run's store (process pools read the data from a file in it)
-                   history: Callable, instances: list[Instance] # what the units need
-                  ) -> tuple:
-    "(what each unit is sent, cleanup): threads get the objects, a Dask client scatters them to every worker once, other executors read one pickle in the store."
-    from concurrent.futures import ThreadPoolExecutor
-    data = RunData(history, instances)
-    if isinstance(executor, ThreadPoolExecutor): return data, lambda: None
-    client = getattr(executor, '_client', None)                  # distributed's ClientExecutor
-    if client is not None and hasattr(client, 'scatter'):
-        fut = client.scatter(data, broadcast=True, hash=False); return fut, fut.release
-    payload = pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)
-    token = hashlib.sha256(payload).hexdigest()[:16]
-    path = store.root / f'.run-data-{token}.pkl'; tmp = path.with_suffix(f'.{os.getpid()}.tmp')
-    tmp.write_bytes(payload); os.replace(tmp, path)
-    return SharedRunData(str(path), token), lambda: path.unlink(missing_ok=True)
-
-def run_shared_unit(cfg: dict, # RunConfig as a dict
-                    shared, # `share_run_data`'s: a RunData or a SharedRunData
-                    instance_id: str, cond: dict, mspec: dict, todo: list, # the unit (as `run_unit`)
-                    memory_dir: Optional[str]=None # checkpoint folder (as `run_unit`)
-                   ) -> list[Rollout]:
-    "`run_unit` in a worker, with the instance and history from the run's shared data."
-    data = shared.get() if isinstance(shared, SharedRunData) else shared
-    return run_unit(cfg, data.instances[instance_id], cond, mspec, todo, data.history, None, memory_dir)
-
 # %% ../nbs/07_runner.ipynb #855568c0
 class EvidenceView(Memory):
     "What the answer step searches under an evidence setting: one retrieval, of fixed units or of the memory's own search."
@@ -441,7 +393,7 @@ def run(cfg: RunConfig|dict|str, # the run config (or a dict / YAML path)
     if old is not None and not plan_units(cfg, instances, store.rollouts(columns=['error']), retry_errors): return store   # nothing to write
     if check_backends: preflight(policies, build_judge(cfg.judge) if 'backend' in cfg.judge else None)
     with store.writing(wait):
-        for f in store.root.glob('.run-data-*'): f.unlink(missing_ok=True)   # left by a writer killed mid-run (`share_run_data`)
+        for f in store.root.glob('.run-data-*'): f.unlink(missing_ok=True)   # left by a writer killed mid-run (`memlab.workers`)
         old = _store_identity(store, cfg, hist)                   # again: another writer may have finished meanwhile
         if old is None and store.manifest_path.exists():          # damaged: set aside, a new one is written below
             _set_aside(store, store.manifest_path)
@@ -477,8 +429,8 @@ def run(cfg: RunConfig|dict|str, # the run config (or a dict / YAML path)
                 finally: flush()                            # on Ctrl-C or an error too: finished rollouts are kept
             else:
                 import concurrent.futures as cf
-                shared, unshare = share_run_data(executor, store, history, instances)   # once per worker, not once per unit
-                futs = [executor.submit(run_shared_unit, cd, shared, inst.id, cond, mspec, todo, mdir) for inst, cond, mspec, todo in units]
+                shared, unshare = share_run_data(executor, store.root, history, instances)   # once per worker, not once per unit
+                futs = [executor.submit(run_shared_unit, run_unit, cd, shared, inst.id, cond, mspec, todo, mdir) for inst, cond, mspec, todo in units]
                 pending.update(futs)
                 try:
                     for f in cf.as_completed(futs): write(f.result(), f)

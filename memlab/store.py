@@ -225,7 +225,7 @@ def check_store(store: 'ResultsStore|str|Path', # the store to check
         n = int(pd.concat(frames).duplicated(key).sum()) if frames else 0
         if n: found(d, f'{n} duplicate rows (readers count each once)', file=False)
     for f in store.root.glob('.manifest*.tmp'): found(f, 'temp file of a killed writer')
-    for f in store.root.glob('.run-data-*'): found(f, "a killed writer's run data (`memlab.runner.share_run_data`; the next run that writes removes it)")
+    for f in store.root.glob('.run-data-*'): found(f, "a killed writer's run data (`memlab.workers`; the next run that writes removes it)")
     if not store.manifest_path.exists(): found(store.manifest_path, 'missing', file=False)
     else:
         try: store.manifest()
