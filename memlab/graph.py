@@ -4,7 +4,7 @@
 
 # %% ../nbs/02d_graph.ipynb #1660788b
 from __future__ import annotations
-import copy, os, re, sys, threading
+import copy, os, re, sys
 from typing import Optional
 import numpy as np
 from .core import Session, Evidence, PosInt, NonNegInt, NonNegFloat, UnitFloat, date_key

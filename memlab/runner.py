@@ -22,7 +22,7 @@ from .store import _oserror, _py   # re-exported: tests import these private hel
 from .scoring import (build_judge, PASS_KEY, judge_passes, score, with_question_gold, results_frame, read_hypotheses, score_hypotheses,
                             construction_costs)
 from .sections import hash_named, injected_params, check_access_params, checked_params, SectionParams, output_dirs
-from .workers import RunData, SharedRunData, share_run_data, run_shared_unit   # what a run sends its workers
+from .workers import share_run_data, run_shared_unit   # what a run sends its workers
 
 # %% auto #0
 __all__ = ['PREFIX_MEMORIES', 'ANSWER_FLAGS', 'make_history', 'rollout_id', 'shared_policy', 'PrefixMemories', 'unit_memory',
